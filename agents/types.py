@@ -1,0 +1,69 @@
+"""Data passed between policies, rollouts and the trainer (the Policy contract of DESIGN.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class PolicyOutput:
+    """One sampled response with the token-level data RL and PaW need."""
+
+    text: str
+    """Response text as generated (stop string included when generation stopped on one)."""
+    prompt_ids: list[int]
+    """Prompt token ids after the chat template and left truncation."""
+    response_ids: list[int]
+    """Generated token ids (no padding, no prompt)."""
+    logprobs: list[float]
+    """Per response token: log-probability under the sampling distribution."""
+    entropies: list[float]
+    """Per response token: entropy of the full next-token distribution."""
+    finish_reason: str = "stop"
+    """``"stop"`` (EOS or a stop string) or ``"length"`` (hit ``max_new_tokens``)."""
+    prompt_truncated: bool = False
+    """Whether the prompt was cut from the left to fit the context."""
+
+    @property
+    def mean_entropy(self) -> float:
+        """H(a|h): mean over the action tokens of the per-token entropy (0.0 if empty)."""
+        return sum(self.entropies) / len(self.entropies) if self.entropies else 0.0
+
+
+@dataclass
+class Transition:
+    """One decision step (h_t, a_t, r_t, o_{t+1}) of a rollout."""
+
+    prompt: str
+    """h_t: the decision context shown to the policy (the HistoryPrompt text)."""
+    output: PolicyOutput
+    """a_t with its token data."""
+    action: str
+    """The action extracted by ParseAction and sent to the env."""
+    next_observation: str
+    """o_{t+1}: the env's raw next observation (the world-model target)."""
+    reward: float
+    """Env reward plus any invalid-action penalty."""
+    terminated: bool
+    truncated: bool
+    invalid_action: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Trajectory:
+    """One episode; trajectories of the same task share a ``group_index``."""
+
+    task_id: str
+    task_type: str
+    group_index: int
+    transitions: list[Transition] = field(default_factory=list)
+    won: bool = False
+
+    @property
+    def total_reward(self) -> float:
+        return sum(t.reward for t in self.transitions)
+
+    def __len__(self) -> int:
+        return len(self.transitions)
