@@ -1,0 +1,211 @@
+"""Numerics of the PaW losses and advantage estimators on hand-computed cases."""
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from training import advantages as adv  # noqa: E402
+from training.losses import (  # noqa: E402
+    adaptive_wm_coef,
+    clipped_token_fraction,
+    kl_k3,
+    ppo_clip_token_loss,
+    select_by_entropy,
+    wm_token_loss,
+)
+
+
+def _logp(probs):
+    return torch.tensor(probs, dtype=torch.float64).log()
+
+
+# ---------------------------------------------------------------- wm_token_loss
+def test_cmae_hand_computed_divides_by_all_observation_tokens():
+    # p = [0.1, 0.5, 0.15, 0.9]; mask keeps the first three; rho = 0.2 keeps 0.1 and 0.15.
+    logp = _logp([[0.1, 0.5, 0.15, 0.9]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    loss = wm_token_loss(logp, mask, kind="cmae", rho=0.2)
+    assert loss.shape == (1,)
+    assert loss.item() == pytest.approx(((1 - 0.1) + (1 - 0.15)) / 3)
+
+
+def test_mae_and_ce_hand_computed():
+    logp = _logp([[0.1, 0.5], [0.8, 0.25]])
+    mask = torch.tensor([[1, 1], [1, 0]])
+    mae = wm_token_loss(logp, mask, kind="mae")
+    ce = wm_token_loss(logp, mask, kind="ce")
+    assert mae.tolist() == pytest.approx([(0.9 + 0.5) / 2, 0.2])
+    assert ce.tolist() == pytest.approx([-(math.log(0.1) + math.log(0.5)) / 2, -math.log(0.8)])
+
+
+def test_rho_one_makes_cmae_equal_mae():
+    logp = torch.randn(4, 7, dtype=torch.float64).clamp(max=0)
+    mask = torch.rand(4, 7) > 0.3
+    assert torch.allclose(wm_token_loss(logp, mask, "cmae", rho=1.0), wm_token_loss(logp, mask, "mae"))
+
+
+def test_masked_tokens_get_no_gradient_and_clip_mask_is_not_differentiated():
+    logp = _logp([[0.1, 0.5, 0.05, 0.3]]).requires_grad_(True)
+    mask = torch.tensor([[1, 1, 1, 0]])
+    wm_token_loss(logp, mask, kind="cmae", rho=0.2).sum().backward()
+    grad = logp.grad[0]
+    # d/dlogp of (1 - p)/3 = -p/3 for kept tokens; 0 for clipped (p=0.5 > rho) and masked ones.
+    assert grad[0].item() == pytest.approx(-0.1 / 3)
+    assert grad[2].item() == pytest.approx(-0.05 / 3)
+    assert grad[1].item() == 0.0 and grad[3].item() == 0.0
+
+
+def test_padding_with_minus_inf_gives_finite_loss_and_gradient():
+    logp = torch.tensor([[math.log(0.5), float("-inf")]], requires_grad=True)
+    mask = torch.tensor([[1, 0]])
+    for kind in ("ce", "mae", "cmae"):
+        loss = wm_token_loss(logp, mask, kind=kind, rho=0.9)
+        loss.sum().backward()
+        assert torch.isfinite(loss).all() and torch.isfinite(logp.grad).all()
+        logp.grad = None
+
+
+def test_row_without_observation_tokens_has_zero_loss():
+    loss = wm_token_loss(torch.zeros(2, 3), torch.tensor([[0, 0, 0], [1, 1, 0]]), kind="ce")
+    assert loss.tolist() == [0.0, 0.0]
+
+
+def test_wm_token_loss_rejects_unknown_kind():
+    with pytest.raises(ValueError, match="'huber'"):
+        wm_token_loss(torch.zeros(1, 1), torch.ones(1, 1), kind="huber")
+
+
+def test_clipped_token_fraction():
+    logp = _logp([[0.1, 0.5, 0.9], [0.3, 0.01, 0.99]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    # masked tokens: 0.1 0.5 0.9 0.3 0.01 -> above 0.2: 0.5 0.9 0.3 -> 3/5
+    assert clipped_token_fraction(logp, mask, 0.2).item() == pytest.approx(0.6)
+
+
+# ---------------------------------------------------------------- select_by_entropy
+def test_select_by_entropy_keeps_ceil_alpha_n_highest():
+    ent = torch.tensor([0.1, 0.9, 0.5, 0.7, 0.3])
+    # ceil(0.5 * 5) = 3 -> 0.9, 0.7, 0.5
+    assert select_by_entropy(ent, 0.5).tolist() == [False, True, True, True, False]
+
+
+def test_select_by_entropy_ties_prefer_lower_index():
+    ent = torch.tensor([0.5, 0.2, 0.5, 0.5, 0.9])
+    # keep 3: 0.9 (idx 4), then the tied 0.5s at idx 0 and 2 (not 3)
+    assert select_by_entropy(ent, 0.6).tolist() == [True, False, True, False, True]
+
+
+def test_alpha_one_selects_all_and_float_rounding_is_safe():
+    ent = torch.rand(10)
+    assert select_by_entropy(ent, 1.0).all()
+    assert select_by_entropy(ent, 0.7).sum().item() == 7  # 0.7 * 10 = 7.000000000000001
+    assert select_by_entropy(ent, 0.75).sum().item() == 8
+    assert select_by_entropy(torch.tensor([]), 0.75).numel() == 0
+
+
+@pytest.mark.parametrize("alpha", [0.0, -0.1, 1.5])
+def test_select_by_entropy_rejects_bad_alpha(alpha):
+    with pytest.raises(ValueError, match="alpha"):
+        select_by_entropy(torch.ones(3), alpha)
+
+
+# ---------------------------------------------------------------- adaptive_wm_coef
+def test_adaptive_coef_values_and_clamping():
+    assert adaptive_wm_coef(2.5, 10.0) == pytest.approx(0.75)
+    assert adaptive_wm_coef(-0.3, 10.0) == 1.0   # invalid-action penalties push R below 0
+    assert adaptive_wm_coef(12.0, 10.0) == 0.0
+    t = adaptive_wm_coef(torch.tensor([0.0, 5.0, -1.0, 20.0]), 10.0)
+    assert t.tolist() == pytest.approx([1.0, 0.5, 1.0, 0.0])
+    with pytest.raises(ValueError, match="r_max"):
+        adaptive_wm_coef(1.0, 0.0)
+
+
+# ---------------------------------------------------------------- PPO clip / KL
+def test_ppo_clip_hand_computed():
+    old = torch.zeros(4)
+    new = torch.tensor([math.log(1.5), math.log(1.5), math.log(0.5), math.log(1.1)])
+    a = torch.tensor([1.0, -1.0, -2.0, 1.0])
+    loss, clipped = ppo_clip_token_loss(new, old, a, clip_eps=0.2)
+    # A>0, r=1.5 -> min(1.5, 1.2) = 1.2 -> loss -1.2 (clipped)
+    # A<0, r=1.5 -> max(1.5, 1.2) * 1 = 1.5 (unclipped)
+    # A=-2, r=0.5 -> -A*max over {0.5, 0.8}: loss = max(1.0, 1.6) = 1.6 (clipped)
+    # r=1.1 inside the range -> -1.1
+    assert loss.tolist() == pytest.approx([-1.2, 1.5, 1.6, -1.1])
+    assert clipped.tolist() == [True, False, True, False]
+
+
+def test_ppo_clip_gradient_zero_when_clipped():
+    new = torch.tensor([math.log(1.5)], requires_grad=True)
+    loss, _ = ppo_clip_token_loss(new, torch.zeros(1), torch.tensor([1.0]))
+    loss.sum().backward()
+    assert new.grad.item() == 0.0
+
+
+def test_kl_k3_zero_at_equal_and_positive_otherwise():
+    lp = torch.tensor([-1.0, -2.0])
+    assert kl_k3(lp, lp).tolist() == [0.0, 0.0]
+    d = 0.5  # ref - logp
+    assert kl_k3(torch.tensor([-1.0]), torch.tensor([-0.5])).item() == pytest.approx(math.exp(d) - d - 1)
+
+
+# ---------------------------------------------------------------- advantages
+def test_grpo_hand_computed():
+    # group a: [1, 3] mean 2 std sqrt(2); group b: [0, 0, 6] mean 2 std sqrt(12)
+    out = adv.grpo(torch.tensor([1.0, 0.0, 3.0, 0.0, 6.0]), ["a", "b", "a", "b", "b"])
+    s2, s12 = math.sqrt(2), math.sqrt(12)
+    assert out.tolist() == pytest.approx([-1 / s2, -2 / s12, 1 / s2, -2 / s12, 4 / s12], rel=1e-5)
+
+
+def test_grpo_singleton_and_constant_groups():
+    out = adv.grpo(torch.tensor([5.0, 2.0, 2.0]), [0, 1, 1])
+    assert out.tolist() == pytest.approx([5.0, 0.0, 0.0])
+    assert adv.grpo(torch.tensor([1.0, 3.0]), [0, 0], normalize=False).tolist() == [-1.0, 1.0]
+
+
+def test_rloo_leave_one_out():
+    out = adv.rloo(torch.tensor([1.0, 2.0, 6.0, 4.0]), [0, 0, 0, 1])
+    # 1 - (2+6)/2 = -3 ; 2 - (1+6)/2 = -1.5 ; 6 - (1+2)/2 = 4.5 ; singleton keeps 4
+    assert out.tolist() == pytest.approx([-3.0, -1.5, 4.5, 4.0])
+
+
+def test_discounted_returns():
+    assert adv.discounted_returns(torch.tensor([0.0, 0.0, 10.0]), 0.95).tolist() == \
+        pytest.approx([10 * 0.95 ** 2, 10 * 0.95, 10.0])
+
+
+def test_gigpo_anchor_state_groups_hand_computed():
+    # One task, two trajectories that both start in state "s0".
+    # traj 0: s0 -(r=0)-> s1 -(r=10)-> done ; return 10
+    # traj 1: s0 -(r=0)-> s2 -(r=0)-> s1 -(r=0)-> done ; return 0
+    gamma = 0.95
+    out = adv.gigpo(torch.tensor([10.0, 0.0]), ["t", "t"],
+                    [torch.tensor([0.0, 10.0]), torch.tensor([0.0, 0.0, 0.0])],
+                    [["s0", "s1"], ["s0", "s2", "s1"]], gamma=gamma, omega=1.0)
+    ep = 1 / math.sqrt(2)  # episode level: (10-5)/std([10,0]) = 5/7.07
+    # step level: anchor s0 -> G = [9.5, 0] -> ±1/sqrt(2); s1 -> G = [10, 0] -> ±1/sqrt(2);
+    # s2 singleton -> raw G = 0.
+    assert out[0].tolist() == pytest.approx([ep + ep, ep + ep], rel=1e-5)
+    assert out[1].tolist() == pytest.approx([-ep - ep, -ep + 0.0, -ep - ep], rel=1e-5)
+
+
+def test_gigpo_anchor_groups_do_not_cross_tasks_and_omega_scales():
+    out = adv.gigpo(torch.tensor([1.0, 1.0]), ["a", "b"], [torch.tensor([1.0]), torch.tensor([3.0])],
+                    [["s"], ["s"]], omega=0.5)
+    # different tasks -> singleton episode groups (raw 1.0) and singleton anchor groups (raw G)
+    assert [o.item() for o in out] == pytest.approx([1.0 + 0.5 * 1.0, 1.0 + 0.5 * 3.0])
+
+
+def test_gae_hand_computed():
+    a, ret = adv.gae(torch.tensor([1.0, 2.0]), torch.tensor([0.5, 1.0]), gamma=0.9, lam=0.8)
+    d1 = 2.0 - 1.0                      # last step, V_T = 0
+    d0 = 1.0 + 0.9 * 1.0 - 0.5
+    assert a.tolist() == pytest.approx([d0 + 0.9 * 0.8 * d1, d1])
+    assert ret.tolist() == pytest.approx([d0 + 0.72 * d1 + 0.5, d1 + 1.0])
+
+
+def test_gae_lambda_one_gamma_one_is_return_minus_value():
+    r, v = torch.tensor([0.0, 0.0, 1.0]), torch.tensor([0.2, 0.4, 0.6])
+    a, _ = adv.gae(r, v)
+    assert a.tolist() == pytest.approx([0.8, 0.6, 0.4])

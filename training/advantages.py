@@ -1,0 +1,152 @@
+"""Advantage estimators: GRPO, GiGPO, RLOO and GAE (PPO).
+
+Pure torch functions over flat tensors. ``group_ids`` is any sequence of hashable group keys
+(one per trajectory); trajectories with the same key belong to the same rollout group (same
+task). Singleton groups follow verl's convention: mean 0 and std 1, i.e. the raw value passes
+through (there is nothing to compare it with).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Hashable, Sequence
+
+import torch
+
+EPS = 1e-6
+
+
+def _groups(keys: Sequence[Hashable]) -> dict[Hashable, list[int]]:
+    members: dict[Hashable, list[int]] = defaultdict(list)
+    for index, key in enumerate(keys):
+        members[key].append(index)
+    return members
+
+
+def _group_normalize(values: torch.Tensor, keys: Sequence[Hashable], normalize: bool,
+                     eps: float) -> torch.Tensor:
+    """(x − mean_group) / (std_group + eps) per group (unbiased std), or just x − mean."""
+    values = torch.as_tensor(values, dtype=torch.float32).reshape(-1)
+    if len(keys) != values.numel():
+        raise ValueError(f"{len(keys)} group keys for {values.numel()} values")
+    out = torch.empty_like(values)
+    for indices in _groups(keys).values():
+        idx = torch.tensor(indices)
+        group = values[idx]
+        if len(indices) == 1:
+            mean, std = torch.zeros(()), torch.ones(())
+        else:
+            mean, std = group.mean(), group.std()
+        out[idx] = (group - mean) / (std + eps) if normalize else group - mean
+    return out
+
+
+def grpo(returns: torch.Tensor, group_ids: Sequence[Hashable], normalize: bool = True,
+         eps: float = EPS) -> torch.Tensor:
+    """GRPO episode advantage: (R_i − mean_g R) / (std_g R + eps) for each trajectory.
+
+    Args:
+        returns: ``[N]`` episode returns.
+        group_ids: ``N`` group keys.
+        normalize: divide by the group std (``False``: mean-centring only, "Dr. GRPO").
+    """
+    return _group_normalize(returns, group_ids, normalize, eps)
+
+
+def rloo(returns: torch.Tensor, group_ids: Sequence[Hashable]) -> torch.Tensor:
+    """RLOO advantage: R_i − mean_{j ≠ i, j ∈ g} R_j (singleton groups keep R_i)."""
+    returns = torch.as_tensor(returns, dtype=torch.float32).reshape(-1)
+    if len(group_ids) != returns.numel():
+        raise ValueError(f"{len(group_ids)} group keys for {returns.numel()} returns")
+    out = returns.clone()
+    for indices in _groups(group_ids).values():
+        k = len(indices)
+        if k > 1:
+            idx = torch.tensor(indices)
+            group = returns[idx]
+            out[idx] = group - (group.sum() - group) / (k - 1)
+    return out
+
+
+def discounted_returns(rewards: torch.Tensor, gamma: float) -> torch.Tensor:
+    """G_t = Σ_k γ^k r_{t+k} within one trajectory (``rewards``: ``[T]``)."""
+    rewards = torch.as_tensor(rewards, dtype=torch.float32).reshape(-1)
+    out = torch.empty_like(rewards)
+    running = torch.zeros(())
+    for t in range(rewards.numel() - 1, -1, -1):
+        running = rewards[t] + gamma * running
+        out[t] = running
+    return out
+
+
+def gigpo(episode_returns: torch.Tensor, group_ids: Sequence[Hashable],
+          step_rewards: Sequence[torch.Tensor], anchor_keys: Sequence[Sequence[Hashable]],
+          gamma: float = 0.95, omega: float = 1.0, normalize: bool = True,
+          eps: float = EPS) -> list[torch.Tensor]:
+    """GiGPO advantages: episode-level GRPO advantage + ω × step-level anchor-state advantage.
+
+    The step level groups every step of a rollout group by its anchor state (the observation
+    the step acted on); within an anchor group, the step's discounted return G_t (γ) is
+    normalised like GRPO. Identical states reached in different trajectories of the same task
+    thus compare the actions taken there.
+
+    Args:
+        episode_returns: ``[N]`` return of each trajectory.
+        group_ids: ``N`` rollout-group keys (same task ⇒ same key).
+        step_rewards: ``N`` tensors ``[T_i]`` of per-step rewards.
+        anchor_keys: ``N`` sequences of ``T_i`` hashable anchor-state keys (e.g. observation text).
+        gamma: discount of the step-level return.
+        omega: weight of the step-level advantage.
+        normalize: std-normalise both levels (the paper uses the normalised version).
+
+    Returns:
+        ``N`` tensors ``[T_i]`` of per-step advantages.
+    """
+    n = len(group_ids)
+    if not (len(step_rewards) == len(anchor_keys) == n):
+        raise ValueError(f"gigpo needs one entry per trajectory: {n} groups, "
+                         f"{len(step_rewards)} reward lists, {len(anchor_keys)} anchor lists")
+    episode = _group_normalize(episode_returns, group_ids, normalize, eps)
+    flat_returns, flat_keys, lengths = [], [], []
+    for i in range(n):
+        rewards = torch.as_tensor(step_rewards[i], dtype=torch.float32).reshape(-1)
+        if len(anchor_keys[i]) != rewards.numel():
+            raise ValueError(f"trajectory {i}: {rewards.numel()} rewards but "
+                             f"{len(anchor_keys[i])} anchor keys")
+        flat_returns.append(discounted_returns(rewards, gamma))
+        flat_keys.extend((group_ids[i], key) for key in anchor_keys[i])
+        lengths.append(rewards.numel())
+    if not flat_keys:
+        return [torch.zeros(0) for _ in range(n)]
+    step = _group_normalize(torch.cat(flat_returns), flat_keys, normalize, eps)
+    return [episode[i] + omega * part for i, part in enumerate(step.split(lengths))]
+
+
+def gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float = 1.0, lam: float = 1.0,
+        bootstrap_value: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over the steps of one trajectory.
+
+    δ_t = r_t + γ V_{t+1} − V_t (V_T = ``bootstrap_value``, 0 at termination);
+    A_t = δ_t + γλ A_{t+1}. Returns ``(advantages, value_targets = A + V)``.
+    """
+    rewards = torch.as_tensor(rewards, dtype=torch.float32).reshape(-1)
+    values = torch.as_tensor(values, dtype=torch.float32).reshape(-1).detach()
+    if rewards.shape != values.shape:
+        raise ValueError(f"gae: {rewards.numel()} rewards but {values.numel()} values")
+    advantages = torch.empty_like(rewards)
+    running = torch.zeros(())
+    next_value = torch.tensor(float(bootstrap_value))
+    for t in range(rewards.numel() - 1, -1, -1):
+        delta = rewards[t] + gamma * next_value - values[t]
+        running = delta + gamma * lam * running
+        advantages[t] = running
+        next_value = values[t]
+    return advantages, advantages + values
+
+
+def whiten(values: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+    """(x − mean) / (std + eps) over the whole batch (PPO advantage normalisation)."""
+    values = torch.as_tensor(values, dtype=torch.float32)
+    if values.numel() < 2:
+        return values - values.mean() if values.numel() else values
+    return (values - values.mean()) / (values.std() + eps)
