@@ -14,6 +14,7 @@ import sys
 #: Modules that define subcommands, in the order ``paw-gym --help`` lists them.
 COMMAND_MODULES = [
     "training.commands.envs",
+    "training.commands.play",
 ]
 
 

@@ -1,0 +1,40 @@
+"""A small, real custom text env used by the tests (and shown in the README).
+
+``GuessNumberEnv``: the agent must find a hidden number in [1, high] by actions
+``guess N``; the env answers "higher"/"lower". It honours the whole PaW env contract.
+"""
+
+from __future__ import annotations
+
+from paw_gym import TextEnv
+
+
+class GuessNumberEnv(TextEnv):
+    """Guess a hidden number; the env says whether to go higher or lower."""
+
+    task_type = "guess"
+
+    def __init__(self, high: int = 8, render_mode: str | None = None):
+        super().__init__(render_mode=render_mode)
+        if high < 1:
+            raise ValueError(f"high must be >= 1, got {high}")
+        self.high = high
+
+    def _reset(self, options):
+        self.target = int(options.get("target", self.np_random.integers(1, self.high + 1)))
+        actions = [f"guess {n}" for n in range(1, self.high + 1)]
+        goal = f"find the hidden number between 1 and {self.high}"
+        return (f"Your task is to: {goal}.", self.make_info(
+            task_id=f"guess-{self.high}-{self.target}", task_description=goal,
+            admissible_actions=actions))
+
+    def _step(self, action):
+        if action not in self._last_info["admissible_actions"]:
+            return self._last_observation, 0.0, False, {"invalid_action": True}
+        guess = int(action.split()[1])
+        if guess == self.target:
+            return "Correct!", 10.0, True, {"won": True}
+        return ("Go higher." if guess < self.target else "Go lower."), 0.0, False, {}
+
+    def expert_action(self) -> str:
+        return f"guess {self.target}"

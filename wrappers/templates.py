@@ -1,0 +1,121 @@
+"""Prompt templates of the PaW paper (arXiv 2606.02388, Appendix A.3, Figures 7-9).
+
+The ``*_TEMPLATE`` strings are the paper's text word for word, with typographic quotes and
+hyphens written in ASCII. Slots are Python ``str.format`` fields. The ``*_FIRST_STEP``
+variants are used at step 0, when there is no history yet; they are the same text without the
+history sentences, as in verl-agent (the code base the paper builds on).
+"""
+
+from __future__ import annotations
+
+import string
+
+ALFWORLD_TEMPLATE = (
+    "You are an expert agent operating in the ALFRED embodied Environment. "
+    "Your task is to: {task_description}. "
+    "Prior to this step, you have already taken {step_count} step(s). "
+    "Below are the most recent {history_length} observations and the corresponding actions you took: {action_history}. "
+    "You are now at step {current_step} and your current observation is: {current_observation}. "
+    "Your admissible actions of the current situation are: [{admissible_actions}]. "
+    "Now it's your turn to take an action. "
+    "You should first reason step-by-step about the current situation. "
+    "This reasoning process MUST be enclosed within <think> </think> tags. "
+    "Once you've finished your reasoning, you should choose an admissible action for current step "
+    "and present it within <action> </action> tags."
+)
+
+ALFWORLD_FIRST_STEP = (
+    "You are an expert agent operating in the ALFRED embodied Environment. "
+    "Your task is to: {task_description}. "
+    "Your current observation is: {current_observation}. "
+    "Your admissible actions of the current situation are: [{admissible_actions}]. "
+    "Now it's your turn to take an action. "
+    "You should first reason step-by-step about the current situation. "
+    "This reasoning process MUST be enclosed within <think> </think> tags. "
+    "Once you've finished your reasoning, you should choose an admissible action for current step "
+    "and present it within <action> </action> tags."
+)
+
+WEBSHOP_TEMPLATE = (
+    "You are an expert autonomous agent operating in the WebShop e-commerce environment. "
+    "Your task is to: {task_description}. "
+    "Prior to this step, you have already taken {step_count} step(s). "
+    "Below are the most recent {history_length} observations and the corresponding actions you took: {action_history}. "
+    "You are now at step {current_step} and your current observation is: {current_observation}. "
+    "Your admissible actions for the current situation are: [{available_actions}]. "
+    "Now it's your turn to take one action for the current step. "
+    "You should first reason step-by-step about the current situation, then think carefully which "
+    "admissible action best advances the shopping goal. "
+    "This reasoning process MUST be enclosed within <think> </think> tags. "
+    "Once you've finished your reasoning, you should choose an admissible action for current step "
+    "and present it within <action> </action> tags."
+)
+
+WEBSHOP_FIRST_STEP = (
+    "You are an expert autonomous agent operating in the WebShop e-commerce environment. "
+    "Your task is to: {task_description}. "
+    "Your current observation is: {current_observation}. "
+    "Your admissible actions for the current situation are: [{available_actions}]. "
+    "Now it's your turn to take one action for the current step. "
+    "You should first reason step-by-step about the current situation, then think carefully which "
+    "admissible action best advances the shopping goal. "
+    "This reasoning process MUST be enclosed within <think> </think> tags. "
+    "Once you've finished your reasoning, you should choose an admissible action for current step "
+    "and present it within <action> </action> tags."
+)
+
+SEARCH_TEMPLATE = (
+    "You are an expert agent tasked with answering the given question step-by-step. "
+    "Your question: {task_description}. "
+    "Prior to this step, you have already taken {step_count} step(s). "
+    "Below is the interaction history where <search> </search> wrapped your past search queries and "
+    "<information> </information> wrapped the corresponding search results returned by the external "
+    "search engine. History: {memory_context} "
+    "Now it's your turn to respond for the current step. "
+    "You should first conduct reasoning process. This process MUST be enclosed within <think> </think> tags. "
+    "After completing your reasoning, choose only one of the following actions (do not perform both): "
+    "(1) If you find you lack some knowledge, you can call a search engine to get more external "
+    "information using format: <search> your query </search>. "
+    "(2) If you have enough knowledge to answer the question confidently, provide your final answer "
+    "within <answer> </answer> tags, without detailed illustrations. For example, <answer>Beijing</answer>."
+)
+
+SEARCH_FIRST_STEP = (
+    "You are an expert agent tasked with answering the given question step-by-step. "
+    "Your question: {task_description}. "
+    "Now it's your turn to respond for the current step. "
+    "You should first conduct reasoning process. This process MUST be enclosed within <think> </think> tags. "
+    "After completing your reasoning, choose only one of the following actions (do not perform both): "
+    "(1) If you find you lack some knowledge, you can call a search engine to get more external "
+    "information using format: <search> your query </search>. "
+    "(2) If you have enough knowledge to answer the question confidently, provide your final answer "
+    "within <answer> </answer> tags, without detailed illustrations. For example, <answer>Beijing</answer>."
+)
+
+#: name -> (template, first-step template)
+TEMPLATES: dict[str, tuple[str, str]] = {
+    "alfworld": (ALFWORLD_TEMPLATE, ALFWORLD_FIRST_STEP),
+    "webshop": (WEBSHOP_TEMPLATE, WEBSHOP_FIRST_STEP),
+    "search": (SEARCH_TEMPLATE, SEARCH_FIRST_STEP),
+}
+
+#: Every slot a template may use (see ``HistoryPrompt`` for what each holds).
+SLOTS = frozenset({
+    "task_description", "step_count", "history_length", "action_history", "current_step",
+    "current_observation", "admissible_actions", "available_actions", "memory_context",
+})
+
+
+def template_slots(template: str) -> set[str]:
+    """The named slots of a ``str.format`` template; raise ``ValueError`` on unknown ones."""
+    try:
+        fields = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    except ValueError as error:
+        raise ValueError(f"malformed prompt template ({error}): {template[:80]!r}") from None
+    if "" in fields or any(name.isdigit() for name in fields):
+        raise ValueError("prompt template slots must be named, e.g. {current_observation}")
+    unknown = fields - SLOTS
+    if unknown:
+        raise ValueError(f"unknown prompt template slot(s) {sorted(unknown)}; "
+                         f"accepted slots: {sorted(SLOTS)}")
+    return fields
