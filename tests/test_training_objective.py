@@ -1,0 +1,210 @@
+"""The combined PaW objective on a real (tiny, random) Qwen2 model.
+
+The batched, micro-batched, one-forward-pass implementation is checked against the objective
+written literally, row by row, from a plain full-logits forward pass.
+"""
+
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from training.batch import Sample, collate, serialize, token_budget_batches  # noqa: E402
+from training.losses import kl_k3, ppo_clip_token_loss, wm_token_loss  # noqa: E402
+from training.objective import (ObjectiveSettings, gather_logprobs,  # noqa: E402
+                                micro_batch_loss, objective_weights)
+
+VOCAB = 97
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    config = transformers.Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                                      num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, max_position_embeddings=256)
+    return transformers.Qwen2ForCausalLM(config).eval()
+
+
+def _samples(model, n=9, seed=0, ref=False):
+    """Random transitions in 3 groups; old log-probs = current ones + noise (so ratios ≠ 1)."""
+    rng = random.Random(seed)
+    samples = []
+    for i in range(n):
+        ids, p, a, o = serialize([rng.randrange(1, VOCAB) for _ in range(rng.randint(3, 9))],
+                                 [rng.randrange(1, VOCAB) for _ in range(rng.randint(1, 5))],
+                                 [rng.randrange(1, VOCAB) for _ in range(rng.randint(0, 7))], 64)
+        samples.append(Sample(ids, p, a, o, old_logprobs=[0.0] * a,
+                              advantage=rng.uniform(-2, 2), group=i % 3, entropy=rng.random()))
+    with torch.no_grad():
+        for s in samples:
+            lp = _naive_logprobs(model, s)[0]
+            s.old_logprobs = (lp + 0.3 * torch.randn(len(lp))).tolist()
+            if ref:
+                s.ref_logprobs = (lp + 0.2 * torch.randn(len(lp))).tolist()
+    return samples
+
+
+def _naive_logprobs(model, s):
+    """(action, observation) target log-probs of one row from the full logits."""
+    logits = model(input_ids=torch.tensor([s.input_ids])).logits[0].float()
+    logp = logits.log_softmax(-1)[:-1].gather(-1, torch.tensor(s.input_ids[1:])[:, None])[:, 0]
+    a0, a1 = s.prompt_len - 1, s.prompt_len - 1 + s.action_len
+    return logp[a0:a1], logp[a1:a1 + s.obs_len]
+
+
+def _literal_objective(model, samples, selected, lam, st):
+    """mean_g [ L_RL(g) + λ_g · mean_{t in S_g} ℓ_WM(t) ], row by row."""
+    groups = {}
+    for i, s in enumerate(samples):
+        groups.setdefault(s.group, []).append(i)
+    total = 0.0
+    for g, members in groups.items():
+        tok, seq = [], []
+        for i in members:
+            act, _ = _naive_logprobs(model, samples[i])
+            loss, _ = ppo_clip_token_loss(act, torch.tensor(samples[i].old_logprobs),
+                                          torch.tensor(samples[i].advantage), st.clip_eps)
+            if st.kl_coef:
+                loss = loss + st.kl_coef * kl_k3(act, torch.tensor(samples[i].ref_logprobs))
+            tok.append(loss)
+            seq.append(loss.mean())
+        rl = torch.cat(tok).mean() if st.rl_agg == "token" else torch.stack(seq).mean()
+        chosen = [i for i in members if selected[i]]
+        if st.paw and chosen:
+            wm = [wm_token_loss(_naive_logprobs(model, samples[i])[1][None],
+                                torch.ones(1, samples[i].obs_len), st.wm_loss, st.rho)[0]
+                  for i in chosen]
+            rl = rl + lam[g] * torch.stack(wm).mean()
+        total = total + rl
+    return total / len(groups)
+
+
+def _batched_objective(model, samples, selected, lam, st, budget):
+    w_rl, w_wm = objective_weights(samples, selected, lam, st)
+    total, stats = 0.0, []
+    for rows in token_budget_batches([len(s) for s in samples], budget):
+        loss, stat = micro_batch_loss(model, collate(samples, rows, pad_id=0), w_rl[rows],
+                                      w_wm[rows], st)
+        loss.backward()
+        total += loss.item()
+        stats.append(stat)
+    return total, stats
+
+
+def _grads(model):
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_gather_logprobs_matches_full_logits(model):
+    samples = _samples(model)
+    batch = collate(samples, list(range(len(samples))), pad_id=0)
+    with torch.no_grad():
+        logprobs, entropies = gather_logprobs(model, batch, with_entropy=True, chunk_size=5)
+    for r, s in enumerate(samples):
+        act, obs = _naive_logprobs(model, s)
+        a0, a1 = s.prompt_len, s.prompt_len + s.action_len
+        assert torch.allclose(logprobs[r, a0:a1], act, atol=1e-5)
+        assert torch.allclose(logprobs[r, a1:a1 + s.obs_len], obs, atol=1e-5)
+        assert (logprobs[r, :a0] == 0).all() and (logprobs[r, a1 + s.obs_len:] == 0).all()
+        assert (entropies[r, a0:a1] > 0).all() and (entropies[r, a1:] == 0).all()
+
+
+def test_observation_tokens_do_not_change_action_logprobs(model):
+    s = _samples(model, n=1)[0]
+    other = Sample(list(s.input_ids), s.prompt_len, s.action_len, s.obs_len, s.old_logprobs)
+    for j in range(s.prompt_len + s.action_len, len(other.input_ids)):
+        other.input_ids[j] = (other.input_ids[j] + 7) % VOCAB
+    with torch.no_grad():
+        a = gather_logprobs(model, collate([s], [0], 0))[0]
+        b = gather_logprobs(model, collate([other], [0], 0))[0]
+    span = slice(s.prompt_len, s.prompt_len + s.action_len)
+    assert torch.allclose(a[0, span], b[0, span], atol=1e-6)
+
+
+@pytest.mark.parametrize("settings", [
+    ObjectiveSettings(),
+    ObjectiveSettings(wm_loss="ce", rl_agg="sequence"),
+    ObjectiveSettings(wm_loss="mae", kl_coef=0.1, rho=0.5),
+    ObjectiveSettings(paw=False),
+], ids=["cmae", "ce-seq", "mae-kl", "no-paw"])
+def test_micro_batched_objective_equals_literal_objective(model, settings):
+    samples = _samples(model, ref=True)
+    # Group 2 gets no selected transition: it must contribute no WM term.
+    selected = torch.tensor([s.group != 2 and i % 2 == 0 for i, s in enumerate(samples)])
+    lam = {0: 0.8, 1: 0.3, 2: 1.0}
+    model.zero_grad()
+    expected = _literal_objective(model, samples, selected, lam, settings)
+    expected.backward()
+    expected_grads = _grads(model)
+    model.zero_grad()
+    got, _ = _batched_objective(model, samples, selected, lam, settings, budget=40)
+    assert got == pytest.approx(expected.item(), rel=1e-4, abs=1e-6)
+    grads = _grads(model)
+    for name, grad in expected_grads.items():
+        assert torch.allclose(grads[name], grad, atol=1e-5, rtol=1e-3), name
+
+
+def test_objective_weights_are_group_means_and_lambda_zero_removes_wm(model):
+    samples = _samples(model)
+    selected = torch.tensor([True, False] * 4 + [True])
+    w_rl, w_wm = objective_weights(samples, selected, {0: 0.0, 1: 0.0, 2: 0.0}, ObjectiveSettings())
+    assert (w_wm == 0).all()
+    lam = {0: 1.0, 1: 0.5, 2: 1.0}
+    w_rl2, w_wm2 = objective_weights(samples, selected, lam, ObjectiveSettings())
+    assert torch.equal(w_rl, w_rl2)
+    assert torch.equal(w_wm2 > 0, selected)
+    # per group: the RL weights average over its action tokens, the WM weights over its
+    # selected rows, each scaled by 1/G (and by lambda_g for WM)
+    for g in range(3):
+        rows = [i for i, s in enumerate(samples) if s.group == g]
+        assert sum(w_wm2[i].item() for i in rows) == pytest.approx(lam[g] / 3)
+        assert sum(w_rl2[i].item() * samples[i].action_len for i in rows) == pytest.approx(1 / 3)
+    _, off = objective_weights(samples, selected, lam, ObjectiveSettings(paw=False))
+    assert (off == 0).all()
+
+
+def test_stats_count_tokens_and_clipping(model):
+    samples = _samples(model)
+    selected = torch.ones(len(samples), dtype=torch.bool)
+    model.zero_grad()
+    _, stats = _batched_objective(model, samples, selected, {0: 1.0, 1: 1.0, 2: 1.0},
+                                  ObjectiveSettings(rho=1.0), budget=30)
+    assert sum(s["action_tokens"] for s in stats) == sum(x.action_len for x in samples)
+    assert sum(s["obs_tokens"] for s in stats) == sum(x.obs_len for x in samples)
+    # rho = 1: no observation token is ever above the threshold
+    assert sum(s["obs_clipped_tokens"] for s in stats) == 0
+    model.zero_grad()
+
+
+def test_one_decoder_forward_per_micro_batch(model):
+    samples = _samples(model)
+    calls = []
+    handle = model.model.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        _, stats = _batched_objective(model, samples, torch.ones(len(samples), dtype=torch.bool),
+                                      {0: 1.0, 1: 1.0, 2: 1.0}, ObjectiveSettings(), budget=10_000)
+    finally:
+        handle.remove()
+        model.zero_grad()
+    assert len(calls) == len(stats) == 1
+
+
+def test_token_budget_batches_respect_budget_and_cover_all_rows():
+    lengths = [5, 17, 3, 9, 9, 40, 1]
+    batches = token_budget_batches(lengths, 20)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for b in batches:
+        assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 20
+    assert [5] in batches  # the row longer than the budget sits alone
+
+
+def test_serialize_truncates_observation_then_prompt():
+    ids, p, a, o = serialize([1, 2, 3, 4], [5, 6], [7, 8, 9], max_len=7)
+    assert (ids, p, a, o) == ([1, 2, 3, 4, 5, 6, 7], 4, 2, 1)
+    ids, p, a, o = serialize([1, 2, 3, 4], [5, 6], [7, 8, 9], max_len=4)
+    assert (ids, p, a, o) == ([3, 4, 5, 6], 2, 2, 0)
+    with pytest.raises(ValueError, match="empty response"):
+        serialize([1], [], [2], 8)

@@ -1,0 +1,136 @@
+"""Serialising transitions as ``h ⊕ a ⊕ o_next`` and packing them into token-budget micro-batches.
+
+Each transition becomes one row: the prompt ids ``h`` the policy saw, the response ids ``a`` it
+generated, then the tokens of the next observation ``o`` (the world-model target). Target
+position ``j`` holds token ``ids[j]``, predicted from the logits at ``j − 1``; the action mask
+marks the ``a`` positions, the observation mask the ``o`` positions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Sample:
+    """One serialised transition plus everything the losses need about it."""
+
+    input_ids: list[int]
+    """``h ⊕ a ⊕ o`` token ids (already truncated to the row budget)."""
+    prompt_len: int
+    """Tokens of ``h`` in ``input_ids``."""
+    action_len: int
+    """Tokens of ``a`` (the RL targets)."""
+    obs_len: int
+    """Tokens of ``o_next`` (the WM targets); 0 when the WM term does not need this row."""
+    old_logprobs: list[float]
+    """Behaviour-policy log-prob of each action token."""
+    advantage: float = 0.0
+    """Advantage of this step, shared by all its action tokens."""
+    group: int = 0
+    """Rollout-group index (same task ⇒ same group)."""
+    entropy: float = 0.0
+    """Mean action-token entropy H(a|h) from the rollout (the WM selection score)."""
+    ref_logprobs: list[float] | None = None
+    """Reference-policy log-prob of each action token (KL term), when computed."""
+    value_target: float = 0.0
+    """PPO only: the critic's regression target (GAE return)."""
+    old_value: float = 0.0
+    """PPO only: the critic's value at rollout time (value clipping)."""
+    extra: dict = field(default_factory=dict)
+    """Free-form bookkeeping (e.g. task type) that the losses ignore."""
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+def serialize(prompt_ids: list[int], response_ids: list[int], obs_ids: list[int],
+              max_len: int) -> tuple[list[int], int, int, int]:
+    """Concatenate ``h ⊕ a ⊕ o`` within ``max_len`` tokens.
+
+    The observation is cut first (from its end), then the prompt from its left (keeping at least
+    one token, so the first action token still has a context to be predicted from). The action
+    is never cut: the RL loss needs every generated token.
+
+    Returns ``(ids, prompt_len, action_len, obs_len)``.
+    """
+    if not response_ids:
+        raise ValueError("a transition with an empty response has no action token to train on")
+    room_for_prompt = max(1, max_len - len(response_ids))
+    prompt = prompt_ids[-room_for_prompt:] if len(prompt_ids) > room_for_prompt else prompt_ids
+    if not prompt:
+        raise ValueError("a transition needs at least one prompt token")
+    obs = obs_ids[:max(0, max_len - len(prompt) - len(response_ids))]
+    return list(prompt) + list(response_ids) + list(obs), len(prompt), len(response_ids), len(obs)
+
+
+def token_budget_batches(lengths: list[int], token_budget: int) -> list[list[int]]:
+    """Split row indices into micro-batches whose padded size (rows × longest) ≤ ``token_budget``.
+
+    Rows are taken longest first, so padding stays small; a row longer than the budget gets a
+    micro-batch of its own. The split is deterministic.
+    """
+    if token_budget < 1:
+        raise ValueError(f"token_budget={token_budget} must be >= 1")
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for index in order:
+        widest = lengths[current[0]] if current else lengths[index]
+        if current and (len(current) + 1) * widest > token_budget:
+            batches.append(current)
+            current = []
+        current.append(index)
+    if current:
+        batches.append(current)
+    return batches
+
+
+@dataclass
+class MicroBatch:
+    """Right-padded tensors for a list of samples."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    action_mask: torch.Tensor
+    """``[B, L]`` bool: target positions of action tokens."""
+    obs_mask: torch.Tensor
+    """``[B, L]`` bool: target positions of observation tokens."""
+    old_logprobs: torch.Tensor
+    """``[B, L]`` behaviour log-probs at action positions (0 elsewhere)."""
+    ref_logprobs: torch.Tensor | None
+    """``[B, L]`` reference log-probs at action positions, or None."""
+    advantages: torch.Tensor
+    """``[B]`` per-row advantage."""
+    rows: list[int]
+    """Indices of these rows in the update's sample list."""
+
+
+def collate(samples: list[Sample], rows: list[int], pad_id: int,
+            device: torch.device | str = "cpu") -> MicroBatch:
+    """Pad ``samples[rows]`` to a :class:`MicroBatch` on ``device``."""
+    chosen = [samples[i] for i in rows]
+    width = max(len(s) for s in chosen)
+    shape = (len(chosen), width)
+    input_ids = torch.full(shape, pad_id, dtype=torch.long)
+    attention = torch.zeros(shape, dtype=torch.long)
+    action = torch.zeros(shape, dtype=torch.bool)
+    obs = torch.zeros(shape, dtype=torch.bool)
+    old = torch.zeros(shape, dtype=torch.float32)
+    has_ref = all(s.ref_logprobs is not None for s in chosen)
+    ref = torch.zeros(shape, dtype=torch.float32) if has_ref else None
+    for r, s in enumerate(chosen):
+        n, a0, a1 = len(s), s.prompt_len, s.prompt_len + s.action_len
+        input_ids[r, :n] = torch.tensor(s.input_ids, dtype=torch.long)
+        attention[r, :n] = 1
+        action[r, a0:a1] = True
+        obs[r, a1:a1 + s.obs_len] = True
+        old[r, a0:a1] = torch.tensor(s.old_logprobs, dtype=torch.float32)
+        if ref is not None:
+            ref[r, a0:a1] = torch.tensor(s.ref_logprobs, dtype=torch.float32)
+    advantages = torch.tensor([s.advantage for s in chosen], dtype=torch.float32)
+    to = lambda t: None if t is None else t.to(device)  # noqa: E731
+    return MicroBatch(to(input_ids), to(attention), to(action), to(obs), to(old), to(ref),
+                      to(advantages), list(rows))
