@@ -1,0 +1,47 @@
+"""The paw-gym command line: envs and play, through the installed console script."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from training.cli import main
+
+
+def test_console_script_lists_envs():
+    beside_python = Path(sys.executable).with_name("paw-gym")
+    exe = str(beside_python) if beside_python.exists() else shutil.which("paw-gym")
+    if exe is None:
+        pytest.skip("paw-gym console script not installed (pip install -e .)")
+    result = subprocess.run([exe, "envs"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    import paw_gym
+    for env_id in paw_gym.list_text_envs():
+        if env_id.startswith("PaW/"):
+            assert env_id in result.stdout
+
+
+def test_play_runs_expert_episodes_and_records(tmp_path, capsys):
+    replay_dir = tmp_path / "replay"
+    assert main(["play", "--env", "Test/GuessNumber-v0", "--episodes", "3", "--replay", str(replay_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "| guess | 3 | 100.0 % |" in out
+    assert "recorded 3 transitions" in out
+    from wrappers import WMReplay
+    assert len(WMReplay.load(replay_dir).filter(success=True).episodes()) == 3
+
+
+def test_play_user_errors_are_one_line(capsys):
+    assert main(["play", "--env", "Nope/Missing-v0"]) == 2
+    assert "unknown env 'Nope/Missing-v0'" in capsys.readouterr().err
+    assert main(["play", "--env", "Test/GuessNumber-v0", "--env-kwargs", "high"]) == 2
+    assert "is not key=value" in capsys.readouterr().err
+
+
+def test_help_without_subcommand():
+    result = subprocess.run([sys.executable, "-m", "training.cli"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "usage: paw-gym" in result.stdout
