@@ -1,0 +1,163 @@
+"""HFPolicy: log-probs / entropies against a teacher-forced pass, padding and stopping edge cases."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agents import HFPolicy
+from agents.types import PolicyOutput
+
+PROMPTS = ["", "Your task is to: find the hidden number between 1 and 8.",
+           "Go higher. " * 30, "guess 4"]
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_model_dir) -> HFPolicy:
+    torch.set_num_threads(1)
+    return HFPolicy(tiny_model_dir, attn_implementation="eager", dtype=torch.float32)
+
+
+def teacher_forced(policy: HFPolicy, out: PolicyOutput, temperature: float):
+    """Log-probs and entropies of the response from one unpadded forward pass."""
+    ids = torch.tensor([out.prompt_ids + out.response_ids])
+    with torch.no_grad():
+        logits = policy.model(ids).logits[0, len(out.prompt_ids) - 1:-1].float()
+    logp = (logits / (temperature or 1.0)).log_softmax(-1)
+    chosen = logp.gather(-1, torch.tensor(out.response_ids)[:, None])[:, 0]
+    return chosen, -(logp.exp() * logp).sum(-1), logits
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_logprobs_and_entropies_match_teacher_forcing(policy, temperature):
+    # " " as a stop string makes rows finish at different steps, so the rows that leave the
+    # batch (and the KV cache rows that are dropped) are exercised too.
+    outs = policy.act(PROMPTS, temperature=temperature, max_new_tokens=24, stop=[" "], seed=3)
+    assert len({len(o.response_ids) for o in outs}) > 1
+    for out in outs:
+        assert len(out.response_ids) == len(out.logprobs) == len(out.entropies) >= 1
+        logprobs, entropies, _ = teacher_forced(policy, out, temperature)
+        torch.testing.assert_close(torch.tensor(out.logprobs), logprobs, atol=1e-4, rtol=0)
+        torch.testing.assert_close(torch.tensor(out.entropies), entropies, atol=1e-4, rtol=0)
+        assert out.prompt_ids == policy.encode_prompt(PROMPTS[outs.index(out)], 24)[0]
+
+
+def test_greedy_takes_argmax_and_reports_untempered_distribution(policy):
+    out = policy.act(PROMPTS[1:2], temperature=0.0, max_new_tokens=12, stop=None)[0]
+    logprobs, entropies, logits = teacher_forced(policy, out, 0.0)
+    assert out.response_ids == logits.argmax(-1).tolist()
+    torch.testing.assert_close(torch.tensor(out.logprobs), logprobs, atol=1e-4, rtol=0)
+    torch.testing.assert_close(torch.tensor(out.entropies), entropies, atol=1e-4, rtol=0)
+
+
+def test_left_padding_and_chunking_do_not_change_greedy_outputs(policy):
+    alone = [policy.act([p], temperature=0.0, max_new_tokens=10, stop=None)[0] for p in PROMPTS]
+    batched = policy.act(PROMPTS, temperature=0.0, max_new_tokens=10, stop=None)
+    policy.max_batch_size = 3
+    try:
+        chunked = policy.act(PROMPTS, temperature=0.0, max_new_tokens=10, stop=None)
+    finally:
+        policy.max_batch_size = None
+    for a, b, c in zip(alone, batched, chunked):
+        assert a.response_ids == b.response_ids == c.response_ids
+        assert a.prompt_ids == b.prompt_ids == c.prompt_ids
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4,
+                                   rtol=0)
+
+
+def test_empty_prompt_gets_the_chat_template_and_generates(policy):
+    out = policy.act([""], max_new_tokens=5, seed=0)[0]
+    expected = policy.tokenizer(policy.tokenizer.apply_chat_template(
+        [{"role": "user", "content": ""}], tokenize=False, add_generation_prompt=True),
+        add_special_tokens=False)["input_ids"]
+    assert out.prompt_ids == expected and len(out.prompt_ids) > 0
+    assert 1 <= len(out.response_ids) <= 5
+
+
+def test_prompt_longer_than_context_is_cut_from_the_left(tiny_model_dir):
+    short = HFPolicy(tiny_model_dir, attn_implementation="eager", dtype=torch.float32,
+                     max_context=64)
+    long_prompt = "Go lower. " * 100
+    full = short.tokenizer(short.chat_text(long_prompt), add_special_tokens=False)["input_ids"]
+    with pytest.warns(UserWarning, match="cut from the left"):
+        outs = short.act([long_prompt, "guess 1"], temperature=1.0, max_new_tokens=16, seed=1)
+    assert outs[0].prompt_truncated and not outs[1].prompt_truncated
+    assert outs[0].prompt_ids == full[-(64 - 16):]
+    assert short.truncated_prompts == 1
+    logprobs, _, _ = teacher_forced(short, outs[0], 1.0)
+    torch.testing.assert_close(torch.tensor(outs[0].logprobs), logprobs, atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match="leaves no room"):
+        short.act(["x"], max_new_tokens=64)
+
+
+def test_all_samples_stopping_at_once(policy):
+    # Identical prompts under greedy decoding produce identical texts; stopping on the text of
+    # the first three tokens makes every row stop at the same step.
+    probe = policy.act(["guess 4"], temperature=0.0, max_new_tokens=3, stop=None)[0]
+    stop = probe.text
+    assert stop, "the probe must produce some text to stop on"
+    outs = policy.act(["guess 4"] * 4, temperature=0.0, max_new_tokens=20, stop=[stop])
+    for out in outs:
+        assert out.finish_reason == "stop"
+        assert out.text.endswith(stop) and out.text.count(stop) == 1
+        assert out.response_ids == probe.response_ids
+    # and at the length limit
+    outs = policy.act(PROMPTS, temperature=1.0, max_new_tokens=1, stop=None, seed=5)
+    assert all(len(o.response_ids) == 1 for o in outs)
+
+
+def test_stop_string_ends_the_text(policy):
+    outs = policy.act(PROMPTS * 2, temperature=1.0, max_new_tokens=40, stop=["e"], seed=11)
+    stopped = [o for o in outs if o.finish_reason == "stop" and "e" in o.text]
+    assert stopped, "no row hit the stop string"
+    for out in stopped:
+        assert out.text.endswith("e") and out.text.count("e") == 1
+        assert "e" in policy.tokenizer.decode(out.response_ids, skip_special_tokens=True)
+
+
+def test_sampling_is_seeded(policy):
+    a = policy.act(PROMPTS, max_new_tokens=8, stop=None, seed=7)
+    b = policy.act(PROMPTS, max_new_tokens=8, stop=None, seed=7)
+    c = policy.act(PROMPTS, max_new_tokens=8, stop=None, seed=8)
+    assert [o.response_ids for o in a] == [o.response_ids for o in b]
+    assert [o.response_ids for o in a] != [o.response_ids for o in c]
+
+
+def test_bad_arguments_are_named(policy):
+    with pytest.raises(TypeError, match="list of prompts"):
+        policy.act("guess 1")
+    with pytest.raises(ValueError, match="temperature"):
+        policy.act(["x"], temperature=-1)
+    assert policy.act([]) == []
+
+
+def test_lora_adapter_loads_and_reloads_in_place(tiny_model_dir, tmp_path):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = HFPolicy(tiny_model_dir, attn_implementation="eager", dtype=torch.float32)
+    config = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    adapted = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), config)
+    adapted.save_pretrained(tmp_path / "lora")
+    policy = HFPolicy(tiny_model_dir, adapter=tmp_path / "lora", attn_implementation="eager",
+                      dtype=torch.float32)
+    with_adapter = policy.act(PROMPTS[1:2], temperature=0.0, max_new_tokens=6, stop=None)[0]
+    without = base.act(PROMPTS[1:2], temperature=0.0, max_new_tokens=6, stop=None)[0]
+    assert with_adapter.logprobs != pytest.approx(without.logprobs, abs=1e-4)
+    ids = torch.tensor([with_adapter.prompt_ids + with_adapter.response_ids])
+    with torch.no_grad():
+        expected = adapted.eval()(ids).logits[0, len(with_adapter.prompt_ids) - 1:-1]
+    chosen = expected.log_softmax(-1).gather(-1, torch.tensor(with_adapter.response_ids)[:, None])
+    torch.testing.assert_close(torch.tensor(with_adapter.logprobs), chosen[:, 0], atol=1e-4,
+                               rtol=0)
+    # New weights under the same adapter name replace the old ones in place.
+    for name, param in adapted.named_parameters():
+        if "lora_B" in name:
+            param.data.zero_()
+    adapted.save_pretrained(tmp_path / "lora2")
+    policy.load_adapter(tmp_path / "lora2")
+    zeroed = policy.act(PROMPTS[1:2], temperature=0.0, max_new_tokens=6, stop=None)[0]
+    assert zeroed.response_ids == without.response_ids
+    assert zeroed.logprobs == pytest.approx(without.logprobs, abs=1e-4)
+    with pytest.raises(FileNotFoundError, match="adapter_config.json"):
+        policy.load_adapter(tmp_path / "nowhere")
