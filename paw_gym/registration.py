@@ -30,7 +30,11 @@ class EnvSpec:
 
 
 #: Built-in environments. Only implemented envs belong here (one line each).
-BUILTIN_ENVS: list[EnvSpec] = []
+BUILTIN_ENVS: list[EnvSpec] = [
+    EnvSpec(id="PaW/SearchQA-v0", entry_point="paw_gym.searchqa.env:SearchQAEnv",
+            description="search-augmented QA (Search-R1 style <search>/<answer>), BM25/dense/HTTP retriever",
+            max_episode_steps=4),
+]
 
 #: id -> one-line description, for every env registered through this module.
 DESCRIPTIONS: dict[str, str] = {}

@@ -15,6 +15,7 @@ import sys
 COMMAND_MODULES = [
     "training.commands.envs",
     "training.commands.play",
+    "training.commands.serve_retriever",
 ]
 
 

@@ -1,0 +1,159 @@
+"""``PaW/SearchQA-v0``: answer a question by searching a passage corpus, Search-R1 style.
+
+Each turn the agent's text must hold exactly one ``<search>query</search>`` (observation: the
+top-k passages as ``<information>Doc 1(Title: "T") text\\nDoc 2(...) ...</information>``) or
+``<answer>text</answer>`` (ends the episode; reward 1.0 on exact match with a gold alias).
+Anything else is an invalid turn: Search-R1's correction message, reward 0, nothing changes
+(the -0.01 penalty is the ParseAction wrapper's job). ``gym.make`` caps episodes at 4 turns::
+
+    import gymnasium as gym, paw_gym
+    env = gym.make("PaW/SearchQA-v0")                     # embedded knowledge base, BM25
+    question, info = env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step(env.unwrapped.expert_action())
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+from typing import Any, Mapping
+
+from paw_gym.core import TextEnv
+from paw_gym.searchqa import oracle
+from paw_gym.searchqa.data import Document, QAExample, load_corpus, load_qa
+from paw_gym.searchqa.kb import EMBEDDED_DATASET, KBConfig, build_kb
+from paw_gym.searchqa.retriever import Retriever, check_topk, information_block, make_retriever
+from paw_gym.searchqa.scoring import exact_match, substring_exact_match, token_f1
+
+#: Search-R1's observation after a turn with neither a search nor an answer.
+INVALID_ACTION_MESSAGE = (
+    "My previous action is invalid. If I want to search, I should put the query between "
+    "<search> and </search>. If I want to give the final answer, I should put the answer "
+    "between <answer> and </answer>. Let me try again.")
+#: Names of the embedded dataset accepted for ``dataset``.
+EMBEDDED_NAMES = (None, "embedded", EMBEDDED_DATASET)
+_TAG = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
+
+# Retrievers are shared by every env of a process that asks for the same one (a vector env of
+# 80 copies builds one index, not 80).
+_RETRIEVERS: dict[tuple, Retriever] = {}
+_RETRIEVERS_LOCK = threading.Lock()
+
+
+def parse_action(text: str) -> tuple[str, str] | None:
+    """``("search" | "answer", content)`` when ``text`` holds exactly one non-empty tag, else None."""
+    matches = _TAG.findall(text)
+    if len(matches) != 1:
+        return None
+    kind, content = matches[0][0], matches[0][1].strip()
+    return (kind, content) if content else None
+
+
+class SearchQAEnv(TextEnv):
+    """Search-augmented QA over the embedded knowledge base or a real QA set + corpus.
+
+    Args:
+        dataset: ``None``/``"embedded"`` for the procedural knowledge base, or a question file
+            (Search-R1/FlashRAG ``.jsonl``/``.parquet``, or a ``[{"question", "answer"}]`` JSON).
+        split: embedded set only: ``"train"``, ``"test"`` or ``"all"``.
+        retriever: ``"bm25"``, ``"dense"``, an ``http(s)://`` URL of a ``/retrieve`` server, or a
+            :class:`~paw_gym.searchqa.retriever.Retriever` instance.
+        topk: passages per search (Search-R1: 3).
+        seed: seed of the first ``reset()`` when that call passes none.
+        corpus: ``.jsonl`` passages (``id``, ``contents``) for an in-process retriever over a
+            question file; the embedded set brings its own.
+        index: saved index directory (loaded if present, else written after building).
+        kb_seed, kb_scale: the embedded knowledge base (see :class:`~paw_gym.searchqa.kb.KBConfig`).
+        dense_model, dense_index_type: dense retriever model (default offline MiniLM) and
+            ``"flat"``/``"hnsw"``.
+        render_mode: ``"ansi"`` or ``"human"``.
+    """
+
+    task_type = EMBEDDED_DATASET
+
+    def __init__(self, dataset: str | Path | None = None, split: str = "train",
+                 retriever: str | Retriever = "bm25", topk: int = 3, seed: int | None = None,
+                 corpus: str | Path | None = None, index: str | Path | None = None,
+                 kb_seed: int = 0, kb_scale: float = 1.0, dense_model: str | None = None,
+                 dense_index_type: str = "flat", render_mode: str | None = None):
+        super().__init__(render_mode=render_mode)
+        self.topk = check_topk(topk)
+        self._first_seed = seed
+        documents: list[Document] | None = None
+        if dataset in EMBEDDED_NAMES:
+            kb = build_kb(KBConfig(seed=kb_seed, scale=kb_scale))
+            self.examples = kb.questions(split)
+            self.dataset_name = f"{EMBEDDED_DATASET}-s{kb_seed}" + (f"x{kb_scale:g}" if kb_scale != 1 else "")
+            documents, source = kb.documents, ("kb", kb_seed, kb_scale)
+        else:
+            qa = load_qa(dataset)
+            self.examples, self.dataset_name = qa.examples, qa.name
+            source = ("corpus", str(Path(corpus).resolve())) if corpus else ("none",)
+            if corpus is not None:
+                documents = load_corpus(corpus)
+        if not self.examples:
+            raise ValueError(f"dataset {dataset!r} split {split!r} has no questions")
+        self.retriever = self._shared_retriever(retriever, documents, source, index,
+                                                dense_model, dense_index_type)
+        self.example: QAExample = self.examples[0]
+        self.history: list[tuple[str, str]] = []
+        self.done = False
+
+    @staticmethod
+    def _shared_retriever(spec, documents, source, index, dense_model, dense_index_type) -> Retriever:
+        if isinstance(spec, Retriever):
+            return spec
+        if not isinstance(spec, str):
+            raise ValueError(f"retriever must be 'bm25', 'dense', a URL or a Retriever, got {spec!r}")
+        if documents is None and not spec.startswith(("http://", "https://")):
+            raise ValueError(f"retriever {spec!r} over a question file needs corpus=<passages.jsonl>; "
+                             "or pass retriever='http://host:port/retrieve' of a running server")
+        key = (spec, source, str(index), dense_model, dense_index_type)
+        with _RETRIEVERS_LOCK:
+            if key not in _RETRIEVERS:
+                options = {"model": dense_model, "index_type": dense_index_type} if spec == "dense" else {}
+                _RETRIEVERS[key] = make_retriever(spec, documents, index=index, **options)
+            return _RETRIEVERS[key]
+
+    # -- Gymnasium ------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if seed is None and self._first_seed is not None:
+            seed, self._first_seed = self._first_seed, None
+        return super().reset(seed=seed, options=options)
+
+    def _reset(self, options: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+        index = options.get("index")
+        if index is None:
+            index = int(self.np_random.integers(len(self.examples)))
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self.examples):
+            raise ValueError(f"options['index'] must be an int in [0, {len(self.examples)}), got {index!r}")
+        self.example = self.examples[index]
+        self.history, self.done = [], False
+        return self.example.question, self.make_info(
+            task_description=self.example.question, task_type=self.example.dataset,
+            task_id=f"{self.dataset_name}-{self.example.id}", admissible_actions=[])
+
+    def _step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+        parsed = None if self.done else parse_action(action)
+        if parsed is None:
+            observation = "" if self.done else INVALID_ACTION_MESSAGE
+            return observation, 0.0, self.done, {"invalid_action": True}
+        kind, content = parsed
+        if kind == "search":
+            hits = self.retriever.search([content], self.topk)[0]
+            observation = information_block(hits)
+            self.history.append((content, observation))
+            return observation, 0.0, False, {"search_query": content}
+        self.done = True
+        gold = self.example.golden_answers
+        em = exact_match(content, gold)
+        return "", float(em), True, {
+            "won": em, "em": em, "sub_em": substring_exact_match(content, gold),
+            "f1": token_f1(content, gold), "prediction": content, "golden_answers": list(gold),
+            "num_searches": len(self.history)}
+
+    # -- oracle ---------------------------------------------------------------------------------
+    def expert_action(self) -> str:
+        """The scripted oracle's next action (``<search>…</search>`` or ``<answer>…</answer>``)."""
+        return oracle.expert_action(self.example, self.history)
