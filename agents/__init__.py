@@ -1,7 +1,22 @@
 """Policies that act in PaW environments: HF transformers and vLLM policies, prompting
-baselines (ReAct, Reflexion), scripted experts, and the tiny offline model builder."""
+baselines (ReAct, Reflexion), scripted experts, the tiny offline model builder, and batched
+rollouts.
 
+    >>> from agents import HFPolicy, ReActAgent, rollout
+    >>> policy = HFPolicy("tiny-micro")                                   # doctest: +SKIP
+    >>> trajectories = rollout(ReActAgent(policy), "PaW/WebShop-v0", 16, 8)  # doctest: +SKIP
+"""
+
+from agents.base import Agent, PolicyAgent, Sampling
+from agents.baselines import ExpertAgent, RandomAgent
+from agents.envs import make_agent_env
 from agents.hf_policy import DEFAULT_STOP, HFPolicy
+from agents.prompting import ReActAgent, ReflexionAgent, expert_examples
+from agents.rollout import rollout
 from agents.types import PolicyOutput, Trajectory, Transition
 
-__all__ = ["DEFAULT_STOP", "HFPolicy", "PolicyOutput", "Trajectory", "Transition"]
+__all__ = [
+    "Agent", "DEFAULT_STOP", "ExpertAgent", "HFPolicy", "PolicyAgent", "PolicyOutput",
+    "RandomAgent", "ReActAgent", "ReflexionAgent", "Sampling", "Trajectory", "Transition",
+    "expert_examples", "make_agent_env", "rollout",
+]

@@ -60,6 +60,8 @@ class Trajectory:
     group_index: int
     transitions: list[Transition] = field(default_factory=list)
     won: bool = False
+    initial_observation: str = ""
+    """The env's raw observation at reset (o_0)."""
 
     @property
     def total_reward(self) -> float:

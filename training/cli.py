@@ -16,6 +16,7 @@ COMMAND_MODULES = [
     "training.commands.envs",
     "training.commands.play",
     "training.commands.serve_retriever",
+    "training.commands.build_tiny_model",
 ]
 
 

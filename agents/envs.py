@@ -1,0 +1,122 @@
+"""Building the agent loop env (env -> HistoryPrompt -> ParseAction) for any registered id."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+import gymnasium as gym
+
+#: A custom env's default prompt: the paper's ALFWorld/WebShop wording without naming an env.
+GENERIC_TEMPLATE = (
+    "You are an expert agent. Your task is to: {task_description}. "
+    "Prior to this step, you have already taken {step_count} step(s). "
+    "Below are the most recent {history_length} observations and the corresponding actions you "
+    "took: {action_history}. "
+    "You are now at step {current_step} and your current observation is: {current_observation}. "
+    "Your admissible actions of the current situation are: [{admissible_actions}]. "
+    "Now it's your turn to take an action. "
+    "You should first reason step-by-step about the current situation. "
+    "This reasoning process MUST be enclosed within <think> </think> tags. "
+    "Once you've finished your reasoning, you should choose an admissible action for current "
+    "step and present it within <action> </action> tags."
+)
+GENERIC_FIRST_STEP = (
+    "You are an expert agent. Your task is to: {task_description}. "
+    "Your current observation is: {current_observation}. "
+    "Your admissible actions of the current situation are: [{admissible_actions}]. "
+    "Now it's your turn to take an action. "
+    "You should first reason step-by-step about the current situation. "
+    "This reasoning process MUST be enclosed within <think> </think> tags. "
+    "Once you've finished your reasoning, you should choose an admissible action for current "
+    "step and present it within <action> </action> tags."
+)
+
+
+@dataclass(frozen=True)
+class PromptSettings:
+    """How an env's observations become prompts and model output becomes actions."""
+
+    template: str = GENERIC_TEMPLATE
+    """A built-in ``HistoryPrompt`` template name or a ``str.format`` template."""
+    first_step_template: str | None = GENERIC_FIRST_STEP
+    """Template for step 0 (None: the built-in's own, or ``template``)."""
+    action_format: str = "action"
+    """``"action"`` (``<action>…</action>``) or ``"search"`` (``<search>`` / ``<answer>``)."""
+    history_length: int | None = 2
+    """Recent steps shown in the prompt; None shows the whole history."""
+    invalid_penalty: float = -0.1
+    """Reward added on an invalid step."""
+
+
+#: The paper's settings per built-in env id; any other id gets ``PromptSettings()``.
+PRESETS: dict[str, PromptSettings] = {
+    "PaW/ALFWorld-v0": PromptSettings("alfworld", None),
+    "PaW/WebShop-v0": PromptSettings("webshop", None),
+    "PaW/SearchQA-v0": PromptSettings("search", None, "search", None, -0.01),
+}
+
+
+def prompt_settings(env_id: str | None, **overrides: Any) -> PromptSettings:
+    """The preset for ``env_id`` with the non-None ``overrides`` applied."""
+    settings = PRESETS.get(env_id or "", PromptSettings())
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if "template" in given and "first_step_template" not in given:
+        given["first_step_template"] = None  # a new template brings its own first step
+    return replace(settings, **given)
+
+
+def make_agent_env(env_id: str, *, template: str | None = None,
+                   action_format: str | None = None, history_length: int | None | str = "preset",
+                   invalid_penalty: float | None = None, **env_kwargs: Any) -> gym.Env:
+    """``gym.make(env_id)`` wrapped in ``HistoryPrompt`` and ``ParseAction``.
+
+    Its observation is the prompt h_t and its action the raw model output; defaults come from
+    :data:`PRESETS` (the paper's template, action format, history window and penalty).
+
+    Example:
+        >>> env = make_agent_env("PaW/WebShop-v0")                       # doctest: +SKIP
+        >>> prompt, info = env.reset(seed=0)                              # doctest: +SKIP
+    """
+    import paw_gym  # noqa: F401  (registers the built-in ids)
+    from wrappers import HistoryPrompt, ParseAction
+
+    if env_id not in gym.registry:
+        raise ValueError(f"unknown env id {env_id!r}; registered text envs include "
+                         f"{sorted(k for k in gym.registry if '/' in k)[:20]}")
+    settings = prompt_settings(env_id, template=template, action_format=action_format,
+                               invalid_penalty=invalid_penalty)
+    if history_length != "preset":
+        settings = replace(settings, history_length=history_length)
+    env = gym.make(env_id, **env_kwargs)
+    env = HistoryPrompt(env, template=settings.template, history_length=settings.history_length,
+                        first_step_template=settings.first_step_template)
+    return ParseAction(env, action_format=settings.action_format,
+                       invalid_penalty=settings.invalid_penalty)
+
+
+EnvSource = str | Callable[[], gym.Env]
+"""An env id (wrapped by :func:`make_agent_env`) or a factory returning a prompt env."""
+
+
+def env_factory(env: EnvSource, **kwargs: Any) -> Callable[[], gym.Env]:
+    """A zero-argument factory for ``env``: an id (plus ``make_agent_env`` kwargs) or a factory."""
+    if isinstance(env, str):
+        return lambda: make_agent_env(env, **kwargs)
+    if callable(env):
+        if kwargs:
+            raise ValueError(f"env settings {sorted(kwargs)} only apply to an env id; a factory "
+                             "must build its own wrappers")
+        return env
+    raise TypeError(f"env must be an env id or a factory, got {type(env).__name__}")
+
+
+def action_format_of(env: gym.Env) -> str:
+    """The ``ParseAction`` format of a wrapped env (``"action"`` when there is none)."""
+    from wrappers import ParseAction
+
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, ParseAction):
+            return env.action_format
+        env = env.env
+    return "action"
