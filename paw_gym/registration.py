@@ -34,6 +34,9 @@ BUILTIN_ENVS: list[EnvSpec] = [
     EnvSpec(id="PaW/SearchQA-v0", entry_point="paw_gym.searchqa.env:SearchQAEnv",
             description="search-augmented QA (Search-R1 style <search>/<answer>), BM25/dense/HTTP retriever",
             max_episode_steps=4),
+    EnvSpec(id="PaW/WebShop-v0", entry_point="paw_gym.webshop.env:WebShopEnv",
+            description="WebShop shopping (search/click, BM25, WebShop reward); embedded or official catalog",
+            max_episode_steps=15),
 ]
 
 #: id -> one-line description, for every env registered through this module.

@@ -114,6 +114,8 @@ class WebShopEnv(TextEnv):
         return (f"WebShopEnv(split={self.split!r}, goals={len(self.goals)}, "
                 f"catalog={self.catalog!r})")
 
+    __str__ = __repr__
+
     # -- session state --------------------------------------------------------------------
     def _new_session(self) -> None:
         self.keywords: str | None = None

@@ -176,7 +176,11 @@ class _Generator:
                 options: dict[str, list[str]], pricing: list[float], is_target: bool) -> Product:
         rng = self.rng
         roles = self.roles[info.category]
-        shown = [a for a in attributes if a not in own[1:]]  # a second own attribute hides
+        # Own attributes tell family members apart. Half the time the first one is in the
+        # title (searchable); otherwise they appear only in later feature bullets, which the
+        # search index does not cover: the agent has to page and open items to find them.
+        in_title = own[:1] if rng.random() < 0.5 else []
+        shown = [a for a in attributes if a not in own or a in in_title]
         title_attrs = [a for a in shown[:3] if roles[a] == "adj"]
         with_attrs = [a for a in shown if roles[a] == "with"][:1]
         title = " ".join([brand, *(_title_case(a) for a in title_attrs),
@@ -185,7 +189,9 @@ class _Generator:
             title += f" with {_title_case(with_attrs[0])}"
         fillers = rng.choices(vocab.FILLER_SENTENCES, k=len(attributes))
         bullets = [f"{_title_case(a)}: {f}" for a, f in zip(attributes, fillers)]
-        rng.shuffle(bullets)
+        first, rest = bullets[:1], bullets[1:]  # attributes[0] is a core one: indexed
+        rng.shuffle(rest)
+        bullets = first + rest
         description = " ".join([f"The {brand} {info.query} you have been looking for.",
                                 *rng.sample(vocab.FILLER_SENTENCES, 2)])
         instruction = ins_attrs = None
