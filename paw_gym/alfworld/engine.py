@@ -1,0 +1,239 @@
+"""The ALFWorld text engine (TextWorld's PDDL engine + fast-downward), made fast to reset.
+
+This plays ALFWorld games exactly as ``textworld.envs.PddlEnv`` wrapped by alfworld's demangler
+does (same state, same commands, same text), with three differences that only concern speed
+and robustness:
+
+* What is constant per game is computed once and kept in an LRU cache: the parsed grammar,
+  the PDDL -> SAS translation and the initial facts. A reset then only reloads the SAS task into
+  the planner library and copies the initial facts (the engine's own reset translates the
+  problem twice, ~0.3-1 s).
+* The text of a command depends only on its grounded action (``go to cabinet 3``), so it is
+  derived through the grammar once per action instead of once per admissible action per step.
+* ``fast_downward.pddl2sas`` overwrites ``sys.argv``; it is restored here.
+
+The translation optimised for replanning is skipped: nothing here calls the planner.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from collections import Counter, OrderedDict, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: Admissible commands that are never offered (the game's own help text is not an action).
+HIDDEN_COMMANDS = frozenset({"help"})
+#: What the engine answers to a command it cannot execute.
+NOTHING_HAPPENS = "Nothing happens."
+
+
+@dataclass
+class LoadedGame:
+    """Everything about one game that does not change while it is played."""
+
+    path: str
+    data: dict
+    logic: Any
+    """``textworld.envs.pddl.logic.GameLogic`` (parsed domain and grammar)."""
+    task: Any
+    """fast-downward's translated PDDL task."""
+    sas: bytes
+    pristine: Any
+    """``PddlState`` right after loading, copied at every reset."""
+    entity_infos: dict
+    """symbol -> ``EntityInfo`` with the display name (``mug 2``)."""
+    commands: dict = field(default_factory=dict)
+    """grounded action key -> command text, filled as actions become applicable."""
+
+
+def read_game(path: str | Path) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"cannot read ALFWorld game {str(path)!r}: {error}") from error
+    missing = {"pddl_domain", "grammar", "pddl_problem"} - set(data)
+    if missing:
+        raise ValueError(f"ALFWorld game {str(path)!r} lacks {sorted(missing)}")
+    return data
+
+
+def _translate(domain: str, problem: str):
+    """``fast_downward.pddl2sas`` without its side effect on ``sys.argv``."""
+    import fast_downward
+
+    saved = list(sys.argv)
+    try:
+        return fast_downward.pddl2sas(domain, problem, optimize=False)
+    finally:
+        sys.argv[:] = saved
+
+
+def _copy_state(state):
+    """A fresh ``PddlState`` with the facts of ``state`` (sharing its immutable parts)."""
+    clone = copy.copy(state)
+    clone._facts = defaultdict(set, {name: set(facts) for name, facts in state._facts.items()})
+    clone._vars_by_name = dict(state._vars_by_name)
+    clone._vars_by_type = defaultdict(set, {t: set(v) for t, v in state._vars_by_type.items()})
+    clone._var_counts = Counter(state._var_counts)
+    return clone
+
+
+class ALFWorldEngine:
+    """Plays ALFWorld ``game.tw-pddl`` files, one at a time, with one planner library.
+
+    Example:
+        >>> engine = ALFWorldEngine()                                  # doctest: +SKIP
+        >>> feedback = engine.reset("json_2.1.1/train/.../game.tw-pddl")  # doctest: +SKIP
+        >>> feedback, won, valid = engine.step(engine.admissible_commands[0])  # doctest: +SKIP
+    """
+
+    def __init__(self, cache_size: int = 64):
+        import fast_downward
+
+        if cache_size < 1:
+            raise ValueError(f"cache_size={cache_size} must be at least 1")
+        self.cache_size = cache_size
+        self._lib = fast_downward.load_lib()
+        self._games: OrderedDict[str, LoadedGame] = OrderedDict()
+        self._logics: OrderedDict[str, Any] = OrderedDict()
+        self.game: LoadedGame | None = None
+        self.state = None
+        self._actions: list = []
+        self.admissible_commands: list[str] = []
+        self._command_index: dict[str, int] = {}
+
+    # -- loading ------------------------------------------------------------------------------
+    def load(self, path: str | Path) -> LoadedGame:
+        key = str(path)
+        if key in self._games:
+            self._games.move_to_end(key)
+            return self._games[key]
+        game = self._load(key, read_game(key))
+        self._games[key] = game
+        while len(self._games) > self.cache_size:
+            self._games.popitem(last=False)
+        return game
+
+    def forget(self, path: str | Path) -> None:
+        """Drop ``path`` from the cache (it was rewritten on disk)."""
+        self._games.pop(str(path), None)
+
+    def _logic(self, domain: str, grammar: str):
+        from textworld.envs.pddl.logic import GameLogic
+
+        key = domain + "\0" + grammar
+        if key not in self._logics:
+            self._logics[key] = GameLogic(domain=domain, grammar=grammar)
+            while len(self._logics) > self.cache_size:
+                self._logics.popitem(last=False)
+        else:
+            self._logics.move_to_end(key)
+        return self._logics[key]
+
+    def _load(self, path: str, data: dict) -> LoadedGame:
+        from textworld.envs.pddl.logic import PddlState
+
+        logic = self._logic(data["pddl_domain"], data["grammar"])
+        task, sas_text = _translate(data["pddl_domain"], data["pddl_problem"])
+        sas = sas_text.encode("utf-8")
+        # Build the initial state the engine's way once, minus the replanning translation.
+        import fast_downward
+
+        original = fast_downward.pddl2sas
+        fast_downward.pddl2sas = lambda *args, **kwargs: (task, sas_text)
+        try:
+            pristine = PddlState(self._lib, data["pddl_problem"], logic)
+        finally:
+            fast_downward.pddl2sas = original
+        return LoadedGame(path, data, logic, task, sas, pristine, self._entity_infos(pristine))
+
+    @staticmethod
+    def _entity_infos(state) -> dict:
+        from types import SimpleNamespace
+
+        from alfworld.agents.utils.misc import Demangler
+        from textworld.generator.game import EntityInfo
+
+        infos = {v.name: EntityInfo(v.name, v.type) for fact in state.facts for v in fact.arguments}
+        demangler = Demangler(game_infos={k: SimpleNamespace(id=k) for k in infos})
+        for info in infos.values():
+            info.name = demangler.demangle_alfred_name(info.id)
+            info.definite, info.indefinite = "the", "a"
+        return infos
+
+    # -- playing ------------------------------------------------------------------------------
+    def reset(self, path: str | Path) -> str:
+        """Start ``path`` from its initial state; returns the intro text."""
+        self.game = self.load(path)
+        self._lib.load_sas(self.game.sas)
+        self.state = _copy_state(self.game.pristine)
+        feedback = self._derive("#intro#", {})
+        self._refresh()
+        return feedback
+
+    def step(self, command: str) -> tuple[str, bool]:
+        """Apply ``command``; returns ``(feedback, valid)``. Invalid commands change nothing."""
+        if self.game is None:
+            raise RuntimeError("call reset() before step()")
+        index = self._command_index.get(command.strip())
+        if index is None:
+            return NOTHING_HAPPENS, False
+        action = self._actions[index]
+        self.state.apply(action)
+        feedback = self._derive(action.feedback_rule, action.mapping)
+        self._refresh()
+        return feedback, True
+
+    @property
+    def won(self) -> bool:
+        return bool(self._lib.check_goal())
+
+    def facts(self) -> list:
+        """Current facts with display names (``holds agent mug 2``), as alfworld's expert reads them."""
+        from textworld.logic import Proposition, Variable
+
+        infos = self.game.entity_infos
+        return [Proposition(f.name, [Variable(infos[v.name].name, v.type) for v in f.arguments])
+                for f in self.state.facts]
+
+    def close(self) -> None:
+        if self._lib is not None:
+            import fast_downward
+
+            fast_downward.close_lib(self._lib)
+            self._lib = None
+            self._games.clear()
+            self._logics.clear()
+
+    # -- internals ----------------------------------------------------------------------------
+    def _context(self, mapping: dict) -> dict:
+        infos = self.game.entity_infos
+        return {"state": self.state, "facts": list(self.state.facts),
+                "variables": {ph.name: infos[var.name] for ph, var in mapping.items()},
+                "mapping": mapping, "entity_infos": infos}
+
+    def _derive(self, rule: str, mapping: dict) -> str:
+        return self.game.logic.grammar.derive(rule, self._context(mapping))
+
+    def _refresh(self) -> None:
+        """Recompute the applicable actions and their command texts."""
+        game = self.game
+        names = {k: info.name for k, info in game.entity_infos.items()}
+        actions, commands = [], {}
+        for action in self.state.all_applicable_actions():
+            key = (action.name, tuple(sorted((ph.name, var.name) for ph, var in action.mapping.items())))
+            text = game.commands.get(key)
+            if text is None:
+                action.command_template = self._derive(action.command_template, action.mapping)
+                text = game.commands[key] = action.format_command(names)
+            if text not in commands:
+                commands[text] = len(actions)
+                actions.append(action)
+        self._actions = actions
+        self._command_index = commands
+        self.admissible_commands = sorted(c for c in commands if c not in HIDDEN_COMMANDS)
