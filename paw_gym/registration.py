@@ -37,6 +37,9 @@ BUILTIN_ENVS: list[EnvSpec] = [
     EnvSpec(id="PaW/WebShop-v0", entry_point="paw_gym.webshop.env:WebShopEnv",
             description="WebShop shopping (search/click, BM25, WebShop reward); embedded or official catalog",
             max_episode_steps=15),
+    EnvSpec(id="PaW/ALFWorld-v0", entry_point="paw_gym.alfworld.env:ALFWorldEnv",
+            description="ALFWorld household tasks on the TextWorld/PDDL engine; official data or generated games",
+            max_episode_steps=50),
 ]
 
 #: id -> one-line description, for every env registered through this module.

@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "training.commands.play",
     "training.commands.serve_retriever",
     "training.commands.build_tiny_model",
+    "training.commands.gen_alfworld",
 ]
 
 

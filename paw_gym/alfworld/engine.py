@@ -193,13 +193,17 @@ class ALFWorldEngine:
     def won(self) -> bool:
         return bool(self._lib.check_goal())
 
-    def facts(self) -> list:
-        """Current facts with display names (``holds agent mug 2``), as alfworld's expert reads them."""
+    def raw_facts(self) -> list:
+        """Current facts over PDDL symbols (cheap: a list of immutable propositions)."""
+        return list(self.state.facts)
+
+    def name_facts(self, facts: list) -> list:
+        """``facts`` with display names (``holds agent1 mug 2``), as alfworld's expert reads them."""
         from textworld.logic import Proposition, Variable
 
         infos = self.game.entity_infos
         return [Proposition(f.name, [Variable(infos[v.name].name, v.type) for v in f.arguments])
-                for f in self.state.facts]
+                for f in facts]
 
     def close(self) -> None:
         if self._lib is not None:

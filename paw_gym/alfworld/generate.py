@@ -61,6 +61,16 @@ def split_dir(root: Path, split: str) -> Path:
     return Path(root) / DATA_VERSION_DIR / SPLIT_DIRS[split]
 
 
+def is_complete(config: GenerationConfig, split: str) -> bool:
+    """Whether ``split`` was fully generated with the same seed, size and task types."""
+    manifest = split_dir(config.out, split) / MANIFEST
+    if not manifest.exists():
+        return False
+    made = json.loads(manifest.read_text(encoding="utf-8"))
+    return (made.get("seed"), made.get("per_type"), made.get("task_types")) == \
+        (config.seed, config.per_type, list(config.task_types))
+
+
 def _scenes_for(split: str, task_type: str) -> list[int]:
     import alfworld.gen.constants as constants
 
@@ -101,7 +111,7 @@ def generate_split(config: GenerationConfig, split: str, engine=None, bar=None) 
     from paw_gym.alfworld.engine import ALFWorldEngine
 
     root = split_dir(config.out, split)
-    if (root / MANIFEST).exists():
+    if is_complete(config, split):
         return 0, 0
     if root.exists():  # an interrupted earlier run
         shutil.rmtree(root)
@@ -164,7 +174,7 @@ def generate(config: GenerationConfig) -> GenerationReport:
             raise ValueError(f"task_type={task_type!r} is not one of {TASK_TYPES}")
     if config.per_type < 1:
         raise ValueError(f"per_type={config.per_type} must be at least 1")
-    todo = [s for s in config.splits if not (split_dir(config.out, s) / MANIFEST).exists()]
+    todo = [s for s in config.splits if not is_complete(config, s)]
     report = GenerationReport()
     total = len(todo) * len(config.task_types) * config.per_type
     engine = ALFWorldEngine(cache_size=1)

@@ -1,0 +1,124 @@
+"""Where ALFWorld games come from, and the list of games of a split.
+
+Source order: the ``data_dir`` argument, then ``$ALFWORLD_DATA`` (the official download, read
+as is), then a cache of generated games (``$PAW_GYM_CACHE/alfworld`` or
+``~/.cache/paw-gym/alfworld``), built on first use. Both layouts are ALFWorld's own:
+``<root>/json_2.1.1/<train|valid_seen|valid_unseen>/<task>/<trial>/{game.tw-pddl,traj_data.json}``
+(a root that already is ``json_2.1.1`` or a split folder works too).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from paw_gym.alfworld.generate import DATA_VERSION_DIR, MANIFEST, GenerationConfig, generate, split_dir
+from paw_gym.alfworld.scenes import SPLIT_DIRS, SPLITS
+from paw_gym.alfworld.tasks import TASK_TYPES
+
+#: Games per task type and split in the cache built on first use (the CLI makes more).
+DEFAULT_CACHE_PER_TYPE = 3
+#: Seed of the cache built on first use.
+DEFAULT_CACHE_SEED = 0
+
+
+@dataclass(frozen=True)
+class GameRecord:
+    """One playable game of a split."""
+
+    game_file: str
+    """Path of ``game.tw-pddl``."""
+    task_id: str
+    """Game folder relative to the split folder (stable across machines)."""
+    task_type: str
+    """One of ALFWorld's six task types."""
+    pddl_params: dict
+    """``traj_data.json``'s ``pddl_params`` (targets of the goal)."""
+
+
+def cache_root() -> Path:
+    base = os.environ.get("PAW_GYM_CACHE")
+    return (Path(base) if base else Path.home() / ".cache" / "paw-gym") / "alfworld"
+
+
+def generated_root(per_type: int = DEFAULT_CACHE_PER_TYPE, seed: int = DEFAULT_CACHE_SEED) -> Path:
+    return cache_root() / f"generated-n{per_type}-s{seed}"
+
+
+@contextmanager
+def _exclusive(lock_file: Path):
+    """Hold an exclusive lock so parallel workers build a cache once, not N times."""
+    import fcntl
+
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ensure_generated(split: str, per_type: int = DEFAULT_CACHE_PER_TYPE,
+                     seed: int = DEFAULT_CACHE_SEED, progress: bool = True) -> Path:
+    """The generated data root holding a complete ``split`` (building it if needed)."""
+    root = generated_root(per_type, seed)
+    if not (split_dir(root, split) / MANIFEST).exists():
+        with _exclusive(root.parent / f"{root.name}.lock"):
+            generate(GenerationConfig(out=root, per_type=per_type, seed=seed, splits=(split,),
+                                      progress=progress))
+    return root
+
+
+def resolve_source(split: str, data_dir: str | Path | None = None,
+                   per_type: int = DEFAULT_CACHE_PER_TYPE, seed: int = DEFAULT_CACHE_SEED,
+                   progress: bool = True) -> tuple[str, Path]:
+    """``(source name, split folder)``: ``"data_dir"``, ``"ALFWORLD_DATA"`` or ``"generated"``."""
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r} is not one of {SPLITS}")
+    if data_dir is not None:
+        return "data_dir", find_split_dir(Path(data_dir), split)
+    official = os.environ.get("ALFWORLD_DATA")
+    if official:
+        return "ALFWORLD_DATA", find_split_dir(Path(official), split)
+    root = ensure_generated(split, per_type, seed, progress)
+    return "generated", split_dir(root, split)
+
+
+def find_split_dir(root: Path, split: str) -> Path:
+    """The folder of ``split`` under ``root`` in ALFWorld's layout."""
+    name = SPLIT_DIRS[split]
+    for candidate in (root / DATA_VERSION_DIR / name, root / name):
+        if candidate.is_dir():
+            return candidate
+    if root.is_dir() and root.name == name:
+        return root
+    raise FileNotFoundError(
+        f"no {split!r} games under {str(root)!r}: expected {root / DATA_VERSION_DIR / name} "
+        f"(ALFWorld's layout: json_2.1.1/{'|'.join(SPLIT_DIRS.values())}/<task>/<trial>/game.tw-pddl)")
+
+
+def list_games(folder: Path, task_types: tuple[str, ...] = TASK_TYPES) -> list[GameRecord]:
+    """Solvable games of the given task types under ``folder``, sorted by task id.
+
+    Skips what ALFWorld's own loader skips: movable-receptacle and sliced tasks, folders without
+    ``traj_data.json`` or ``game.tw-pddl``, and games not marked ``solvable``.
+    """
+    records = []
+    for traj_file in sorted(folder.rglob("traj_data.json")):
+        trial = traj_file.parent
+        game_file = trial / "game.tw-pddl"
+        task_id = trial.relative_to(folder).as_posix()
+        if "movable" in task_id or "Sliced" in task_id or not game_file.exists():
+            continue
+        traj = json.loads(traj_file.read_text(encoding="utf-8"))
+        if traj.get("task_type") not in task_types:
+            continue
+        with open(game_file, encoding="utf-8") as f:
+            if not json.load(f).get("solvable", False):
+                continue
+        records.append(GameRecord(str(game_file), task_id, traj["task_type"], traj["pddl_params"]))
+    return records
