@@ -96,6 +96,7 @@ def test_reset_is_deterministic_and_info_contract():
     "", "just some text", "<search></search>", "<answer>   </answer>", "<search>unclosed",
     "<search>a</search><search>b</search>", "<search>a</search> then <answer>b</answer>",
     "<search>a</answer>", "<SEARCH>a</SEARCH>", "<information>x</information>",
+    "<search>a<search>b</search>", "</search>a<search>", "<answer>a</answer></answer>",
 ])
 def test_invalid_turns_get_the_correction_message_and_change_nothing(action):
     env = SearchQAEnv()
@@ -143,6 +144,27 @@ def test_parse_action():
     assert parse_action("<think>x</think><search> who </search>") == ("search", "who")
     assert parse_action("<answer>a\nb</answer>") == ("answer", "a\nb")
     assert parse_action("<answer>a</answer><answer>a</answer>") is None
+
+
+def test_full_wrapper_stack_with_penalty_and_history():
+    """HistoryPrompt (search template, full history) + ParseAction (-0.01) around the env."""
+    wrappers = pytest.importorskip("wrappers")
+    env = wrappers.ParseAction(
+        wrappers.HistoryPrompt(gym.make("PaW/SearchQA-v0"), template="search", history_length=None),
+        action_format="search", invalid_penalty=-0.01)
+    prompt, info = env.reset(seed=4)
+    assert info["task_description"] in prompt
+    _, reward, *_ = env.step("I am not sure what to do")
+    assert reward == pytest.approx(-0.01)
+    rewards, prompt = [], ""
+    for _ in range(3):
+        action = f"<think>follow the plan</think>{env.unwrapped.expert_action()}"
+        prompt, reward, terminated, truncated, info = env.step(action)
+        rewards.append(reward)
+        if terminated or truncated:
+            break
+    assert rewards[-1] == 1.0 and info["won"]
+    assert all(r == 0.0 for r in rewards[:-1])
 
 
 def test_gym_make_caps_episodes_at_four_turns():

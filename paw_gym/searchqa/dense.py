@@ -60,8 +60,8 @@ class DenseRetriever(Retriever):
     def __init__(self, documents: Sequence[Document], *, model: str | None = None,
                  index_type: str = "flat", query_prefix: str | None = None,
                  passage_prefix: str | None = None, batch_size: int = 64,
-                 device: str | None = None, hnsw_m: int = 32, ef_construction: int = 200,
-                 ef_search: int = 128, show_progress: bool = False,
+                 device: str | None = None, hnsw_m: int = 32, ef_construction: int = 100,
+                 ef_search: int = 64, show_progress: bool = False,
                  _index: Any = None):
         if not documents:
             raise ValueError("DenseRetriever needs at least one document")

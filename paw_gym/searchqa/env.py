@@ -14,7 +14,6 @@ Anything else is an invalid turn: Search-R1's correction message, reward 0, noth
 
 from __future__ import annotations
 
-import re
 import threading
 from pathlib import Path
 from typing import Any, Mapping
@@ -33,7 +32,7 @@ INVALID_ACTION_MESSAGE = (
     "between <answer> and </answer>. Let me try again.")
 #: Names of the embedded dataset accepted for ``dataset``.
 EMBEDDED_NAMES = (None, "embedded", EMBEDDED_DATASET)
-_TAG = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
+_TAGS = ("search", "answer")
 
 # Retrievers are shared by every env of a process that asks for the same one (a vector env of
 # 80 copies builds one index, not 80).
@@ -42,12 +41,16 @@ _RETRIEVERS_LOCK = threading.Lock()
 
 
 def parse_action(text: str) -> tuple[str, str] | None:
-    """``("search" | "answer", content)`` when ``text`` holds exactly one non-empty tag, else None."""
-    matches = _TAG.findall(text)
-    if len(matches) != 1:
+    """``("search" | "answer", content)`` when ``text`` holds exactly one non-empty, well-formed
+    ``<search>…</search>`` or ``<answer>…</answer>`` (no other such tag at all), else None."""
+    counts = {tag: (text.count(f"<{tag}>"), text.count(f"</{tag}>")) for tag in _TAGS}
+    present = [tag for tag, pair in counts.items() if pair != (0, 0)]
+    if len(present) != 1 or counts[present[0]] != (1, 1):
         return None
-    kind, content = matches[0][0], matches[0][1].strip()
-    return (kind, content) if content else None
+    tag = present[0]
+    start, end = text.find(f"<{tag}>") + len(tag) + 2, text.find(f"</{tag}>")
+    content = text[start:end].strip() if end >= start else ""
+    return (tag, content) if content else None
 
 
 class SearchQAEnv(TextEnv):
