@@ -1,0 +1,61 @@
+"""TrainConfig: YAML loading, CLI overrides, and clear errors."""
+
+import argparse
+import dataclasses
+
+import pytest
+
+from training.config import (TrainConfig, add_config_flags, load_config, overrides_from_args,
+                             save_config)
+
+
+def test_yaml_then_cli_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("algo: gigpo\nn_groups: 4\npaw: true\nrho: 0.3\n")
+    parser = argparse.ArgumentParser()
+    add_config_flags(parser)
+    args = parser.parse_args(["--paw", "false", "--rho", "0.5", "--history_length", "none",
+                              "--lora_target_modules", "[q_proj, v_proj]"])
+    config = load_config(path, overrides_from_args(args))
+    assert (config.algo, config.n_groups, config.paw, config.rho) == ("gigpo", 4, False, 0.5)
+    assert config.history_length is None
+    assert config.lora_target_modules == ["q_proj", "v_proj"]
+
+
+def test_save_and_load_round_trip(tmp_path):
+    config = TrainConfig(algo="rloo", alpha=0.5, env_kwargs={"split": "train"})
+    save_config(config, tmp_path / "c.yaml")
+    assert load_config(tmp_path / "c.yaml") == config
+
+
+def test_every_field_has_a_docstring():
+    from training.config import _FIELD_DOCS
+
+    missing = [f.name for f in dataclasses.fields(TrainConfig) if not _FIELD_DOCS.get(f.name)]
+    assert not missing
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"algo": "dpo"}, "algo='dpo'"),
+    ({"wm_loss": "l2"}, "wm_loss='l2'"),
+    ({"alpha": 0.0}, "alpha=0.0"),
+    ({"n_groups": 0}, "n_groups=0"),
+    ({"nonsense": 1}, "unknown config key"),
+])
+def test_bad_values_are_named(values, message):
+    with pytest.raises(ValueError, match=message):
+        load_config(None, values)
+
+
+def test_bad_cli_types_are_named():
+    parser = argparse.ArgumentParser()
+    add_config_flags(parser)
+    with pytest.raises(ValueError, match="--paw expects true or false"):
+        overrides_from_args(parser.parse_args(["--paw", "maybe"]))
+    with pytest.raises(ValueError, match="--lr expects a number"):
+        overrides_from_args(parser.parse_args(["--lr", "fast"]))
+
+
+def test_missing_config_file_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.yaml"):
+        load_config(tmp_path / "nope.yaml")

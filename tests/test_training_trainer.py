@@ -1,0 +1,170 @@
+"""End-to-end PaW trainer runs on the tiny Qwen2 model and the GuessNumber test env."""
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+from safetensors.torch import load_file  # noqa: E402
+
+from agents.types import PolicyOutput, Trajectory, Transition  # noqa: E402
+from training.checkpoint import latest_checkpoint  # noqa: E402
+from training.collect import EnvCollector  # noqa: E402
+from training.config import TrainConfig  # noqa: E402
+from training.metrics_log import read_metrics  # noqa: E402
+from training.trainer import PaWTrainer  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread (and the machine is shared)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def _config(model_dir, tmp_path, **overrides):
+    values = dict(model=str(model_dir), env_id="Test/GuessNumber-v0", n_groups=2, group_size=2,
+                  max_new_tokens=10, max_episode_steps=2, total_steps=2, lr=1e-3,
+                  mini_batch_size=4, token_budget=1024, output_dir=str(tmp_path / "run"),
+                  progress=False, device="cpu", save_every=0)
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+@pytest.mark.parametrize("algo", ["grpo", "gigpo", "rloo", "ppo"])
+@pytest.mark.parametrize("paw", [True, False], ids=["paw", "vanilla"])
+def test_each_algorithm_trains_with_and_without_paw(tiny_model_dir, tmp_path, algo, paw):
+    config = _config(tiny_model_dir, tmp_path, algo=algo, paw=paw, lora=(algo != "rloo"),
+                     kl_coef=0.05 if (algo == "grpo" and paw) else 0.0)
+    trainer = PaWTrainer(config)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    history = trainer.train()
+    assert [h["step"] for h in history] == [1, 2]
+    last = history[-1]
+    for key in ("reward", "success", "policy_loss", "clip_frac", "kl", "action_entropy",
+                "lambda_mean", "wm_loss", "wm_clipped_frac", "tokens_per_s", "step_time",
+                "peak_mem_mb"):
+        assert math.isfinite(last[key]), key
+    assert last["skipped_updates"] == 0
+    if paw:
+        assert last["wm_selected"] == math.ceil(0.75 * last["transitions"] - 1e-9)
+        assert 0 < last["wm_loss"] <= 1.0  # CMAE per transition is bounded by 1
+    else:
+        assert last["wm_selected"] == 0 and last["wm_loss"] == 0.0
+    changed = any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters()
+                  if n in before)
+    # The random model mostly fails alike, so advantages can be all zero: then only the WM
+    # term may move the weights (vanilla RL must leave them exactly as they were).
+    assert changed == (paw or any(h["advantage_abs_mean"] > 0 for h in history))
+    out = Path(config.output_dir)
+    assert len(read_metrics(out / "metrics.jsonl")) == 2
+    assert (out / "curves.png").stat().st_size > 0
+    ckpt = latest_checkpoint(out)
+    assert ckpt is not None and any((ckpt / "model").glob("*.safetensors"))
+    if algo == "ppo":
+        assert "value_loss" in last and (ckpt / "critic.safetensors").is_file()
+
+
+def _episode(task, group, rewards, prompt_ids, response_ids):
+    transitions = [
+        Transition(prompt="p", output=PolicyOutput("<action>guess 1</action>", prompt_ids,
+                                                   response_ids, [-1.0] * len(response_ids),
+                                                   [1.0] * len(response_ids)),
+                   action="guess 1", next_observation="Go higher.", reward=r,
+                   terminated=False, truncated=False, invalid_action=False)
+        for r in rewards]
+    return Trajectory(task_id=task, task_type="guess", group_index=group, transitions=transitions)
+
+
+def test_nan_reward_skips_the_update_and_keeps_weights(tiny_model_dir, tmp_path):
+    trainer = PaWTrainer(_config(tiny_model_dir, tmp_path, algo="grpo"))
+    ids = trainer.tokenizer("guess 1 Go higher", add_special_tokens=False)["input_ids"]
+    trajectories = [_episode("t", 0, [float("nan")], ids, ids[:2]),
+                    _episode("t", 0, [0.0], ids, ids[:2])]
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    metrics = trainer.update(trajectories)
+    assert metrics["skipped_updates"] == 1 and trainer.skipped_updates == 1
+    assert all(torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
+    assert not trainer.optimizer.state  # the optimizer never stepped
+    metrics = trainer.update([_episode("t", 0, [1.0], ids, ids[:2]),
+                              _episode("t", 0, [0.0], ids, ids[:2])])
+    assert metrics["skipped_updates"] == 0
+
+
+RUN_SCRIPT = textwrap.dedent("""
+    import os, signal, sys
+    import torch
+    sys.path[:0] = [{repo!r}, {tests!r}]
+    import conftest  # registers Test/GuessNumber-v0
+    from training.collect import EnvCollector
+    from training.config import TrainConfig
+    from training.trainer import PaWTrainer
+
+    torch.set_num_threads(1)
+    kill_at = int(sys.argv[2])
+    config = TrainConfig(**{config!r}, output_dir=sys.argv[1])
+    inner = EnvCollector(config)
+    calls = [0]
+
+    def collect(*args):
+        calls[0] += 1
+        if calls[0] == kill_at:          # mid-step, after the previous step's checkpoint
+            os.kill(os.getpid(), signal.SIGKILL)
+        return inner(*args)
+
+    PaWTrainer(config, collect=collect).train()
+""")
+
+
+def test_resume_after_kill_reproduces_the_uninterrupted_run(tiny_model_dir, tmp_path):
+    fields = dict(model=str(tiny_model_dir), env_id="Test/GuessNumber-v0", n_groups=2,
+                  group_size=2, max_new_tokens=10, max_episode_steps=2, total_steps=3, lr=1e-3,
+                  mini_batch_size=3, token_budget=1024, progress=False, device="cpu",
+                  save_every=1, algo="gigpo", warmup_steps=2, lr_schedule="cosine")
+    script = tmp_path / "run.py"
+    script.write_text(RUN_SCRIPT.format(repo=str(REPO), tests=str(REPO / "tests"), config=fields))
+
+    # The uninterrupted run and the resumed one run here (one thread, like the subprocess);
+    # the interrupted one is a separate process killed with SIGKILL inside step 3.
+    PaWTrainer(TrainConfig(**fields, output_dir=str(tmp_path / "full"))).train()
+    killed = subprocess.run([sys.executable, str(script), str(tmp_path / "killed"), "3"],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert [r["step"] for r in read_metrics(tmp_path / "killed" / "metrics.jsonl")] == [1, 2]
+    PaWTrainer(TrainConfig(**fields, output_dir=str(tmp_path / "killed"))).train(resume=True)
+    a = read_metrics(tmp_path / "full" / "metrics.jsonl")
+    b = read_metrics(tmp_path / "killed" / "metrics.jsonl")
+    assert [r["step"] for r in b] == [1, 2, 3]
+    timing = {"rollout_time", "step_time", "update_time", "tokens_per_s", "gen_tokens_per_s",
+              "peak_mem_mb"}
+    for key in a[2]:
+        if key not in timing:
+            assert b[2][key] == pytest.approx(a[2][key], rel=1e-6, abs=1e-9), key
+    state_a = json.loads((latest_checkpoint(tmp_path / "full") / "state.json").read_text())
+    state_b = json.loads((latest_checkpoint(tmp_path / "killed") / "state.json").read_text())
+    assert state_a["step"] == state_b["step"] == 3
+    assert state_a["scheduler"] == state_b["scheduler"]
+    weights = [load_file(str(next((latest_checkpoint(tmp_path / run) / "model").glob("*.safetensors"))))
+               for run in ("full", "killed")]
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+def test_collector_groups_share_tasks(tiny_model_dir, tmp_path):
+    config = _config(tiny_model_dir, tmp_path)
+    trainer = PaWTrainer(config)
+    trajectories = EnvCollector(config)(trainer.policy, [3, 11], 2, 1.0, 0)
+    assert [t.group_index for t in trajectories] == [0, 0, 1, 1]
+    assert trajectories[0].task_id == trajectories[1].task_id
+    assert all(len(t) <= 2 for t in trajectories)

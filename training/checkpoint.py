@@ -1,0 +1,122 @@
+"""Checkpoints without pickle: weights, optimizer and RNG tensors in safetensors, the rest JSON.
+
+Layout of ``<output_dir>/checkpoints/step-000010/``:
+
+    model/               peft adapter (adapter_model.safetensors) or full model (model.safetensors)
+    critic.safetensors   PPO critic weights (PPO only)
+    optimizer.safetensors + optimizer.json      per-parameter state tensors / param groups
+    critic_optimizer.*   same for the critic (PPO only)
+    state.json           step, scheduler states, Python/NumPy RNG states, metrics so far
+    rng.safetensors      torch CPU (and CUDA) RNG states
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+STEP_PREFIX = "step-"
+
+
+def checkpoint_dir(output_dir: str | Path, step: int) -> Path:
+    return Path(output_dir) / "checkpoints" / f"{STEP_PREFIX}{step:06d}"
+
+
+def latest_checkpoint(output_dir: str | Path) -> Path | None:
+    """The highest-step complete checkpoint under ``output_dir`` (None if there is none)."""
+    root = Path(output_dir) / "checkpoints"
+    done = sorted(p for p in root.glob(f"{STEP_PREFIX}*") if (p / "state.json").is_file())
+    return done[-1] if done else None
+
+
+def save_optimizer(optimizer: torch.optim.Optimizer, path: Path) -> None:
+    state = optimizer.state_dict()
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict[str, Any]] = {}
+    for index, values in state["state"].items():
+        for name, value in values.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"{index}.{name}"] = value.detach().cpu().contiguous()
+            else:
+                scalars.setdefault(str(index), {})[name] = value
+    save_file(tensors, str(path.with_suffix(".safetensors")))
+    path.with_suffix(".json").write_text(json.dumps(
+        {"param_groups": state["param_groups"], "scalars": scalars}), encoding="utf-8")
+
+
+def load_optimizer(optimizer: torch.optim.Optimizer, path: Path) -> None:
+    meta = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+    tensors = load_file(str(path.with_suffix(".safetensors")))
+    state: dict[int, dict[str, Any]] = {}
+    for key, value in tensors.items():
+        index, name = key.split(".", 1)
+        state.setdefault(int(index), {})[name] = value
+    for index, values in meta["scalars"].items():
+        state.setdefault(int(index), {}).update(values)
+    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+
+
+def rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    tensors = {"torch_cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"torch_cuda_{i}"] = s
+    py = random.getstate()
+    np_state = np.random.get_state()
+    meta = {"python": [py[0], list(py[1]), py[2]],
+            "numpy": [np_state[0], np_state[1].tolist(), *map(float, np_state[2:])]}
+    return tensors, meta
+
+
+def restore_rng(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    torch.set_rng_state(tensors["torch_cpu"])
+    if torch.cuda.is_available():
+        states = [tensors[k] for k in sorted(tensors) if k.startswith("torch_cuda_")]
+        if states:
+            torch.cuda.set_rng_state_all(states)
+    version, internal, gauss = meta["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = meta["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), int(pos), int(has_gauss), cached))
+
+
+def save_model(model, path: Path) -> None:
+    """peft adapter or full model, safetensors either way."""
+    model.save_pretrained(str(path), safe_serialization=True)
+
+
+def load_trainable_weights(model, path: Path) -> None:
+    """Load weights written by :func:`save_model` into an already built ``model`` in place."""
+    if hasattr(model, "get_base_model"):
+        from peft.utils import set_peft_model_state_dict
+        from peft.utils.save_and_load import load_peft_weights
+
+        set_peft_model_state_dict(model, load_peft_weights(str(path)))
+        return
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no safetensors weights in {path}")
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        state.update(load_file(str(file)))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    # Tied embeddings are saved once; anything else missing means a different architecture.
+    missing = [k for k in missing if "lm_head" not in k]
+    if missing or unexpected:
+        raise ValueError(f"checkpoint {path} does not match the model: missing={missing[:5]} "
+                         f"unexpected={unexpected[:5]}")
+
+
+def prune(output_dir: str | Path, keep: int) -> None:
+    """Delete all but the ``keep`` most recent checkpoints."""
+    root = Path(output_dir) / "checkpoints"
+    done = sorted(p for p in root.glob(f"{STEP_PREFIX}*") if (p / "state.json").is_file())
+    for old in done[:-keep] if keep > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,33 @@
+"""Rollout collection for the trainer and the evaluator, on top of ``agents.rollout``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.types import Trajectory
+from training.config import TrainConfig
+
+
+def env_settings(config: TrainConfig) -> dict[str, Any]:
+    """``agents.rollout`` keyword arguments that build the configured prompt env."""
+    return {"template": config.template, "action_format": config.action_format,
+            "history_length": config.history_length, "invalid_penalty": config.invalid_penalty,
+            **config.env_kwargs}
+
+
+class EnvCollector:
+    """``collect(policy, task_seeds, group_size, temperature, seed)`` on ``config.env_id``:
+    one group of ``group_size`` episodes per task seed, all groups stepped in one batch."""
+
+    def __init__(self, config: TrainConfig, progress: bool = False):
+        self.config = config
+        self.progress = progress
+
+    def __call__(self, policy, task_seeds: list[int], group_size: int, temperature: float,
+                 seed: int) -> list[Trajectory]:
+        from agents.rollout import rollout
+
+        return rollout(policy, self.config.env_id, len(task_seeds), group_size,
+                       temperature=temperature, max_new_tokens=self.config.max_new_tokens,
+                       seed=seed, task_seeds=task_seeds, max_steps=self.config.max_episode_steps,
+                       progress=self.progress, **env_settings(self.config))

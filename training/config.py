@@ -1,0 +1,267 @@
+"""``TrainConfig``: every knob of the PaW trainer, loadable from YAML with CLI overrides.
+
+A YAML file maps 1:1 onto the dataclass fields (unknown keys are an error); ``paw-gym train``
+adds one ``--field_name VALUE`` flag per field (``--paw false``, ``--algo gigpo`` ...), which
+wins over the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ALGOS = ("grpo", "gigpo", "rloo", "ppo")
+
+
+@dataclass
+class TrainConfig:
+    """PaW training run. Defaults are the paper's WebShop settings where it states them."""
+
+    # -- model -------------------------------------------------------------------------------
+    model: str = "Qwen/Qwen2.5-1.5B-Instruct"
+    """Hub name or local directory of the policy (any AutoModelForCausalLM with a chat template)."""
+    init_checkpoint: str | None = None
+    """Start from these weights instead: a full model directory, or a LoRA adapter directory."""
+    dtype: str = "auto"
+    """Weights dtype: auto, float32, bfloat16 or float16."""
+    device: str | None = None
+    """cpu, cuda, cuda:1 ... (None: CUDA when available)."""
+    lora: bool = True
+    """Train LoRA adapters (peft) instead of all weights."""
+    lora_r: int = 16
+    """LoRA rank."""
+    lora_alpha: int = 32
+    """LoRA scaling numerator (scale = alpha / r)."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA branch."""
+    lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj",
+                                                                    "o_proj", "gate_proj",
+                                                                    "up_proj", "down_proj"])
+    """Module names that get adapters."""
+    gradient_checkpointing: bool = False
+    """Recompute decoder activations in backward (less memory, ~30% more compute)."""
+    # -- environment ---------------------------------------------------------------------------
+    env_id: str = "PaW/WebShop-v0"
+    """Registered text env to train on."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra gym.make arguments."""
+    template: str | None = None
+    """HistoryPrompt template: alfworld, webshop, search, a format string (None: env preset)."""
+    history_length: int | None = 2
+    """Recent steps shown in the prompt (None: full history, the paper's search QA setting)."""
+    action_format: str | None = None
+    """ParseAction format: action (<action>) or search (<search>/<answer>) (None: env preset)."""
+    invalid_penalty: float | None = None
+    """Reward added to an invalid action (None: env preset, -0.1; search QA -0.01)."""
+    max_episode_steps: int | None = None
+    """Step limit (None: the env's registered limit)."""
+    r_max: float = 10.0
+    """Largest attainable episode return (λ_g = 1 − R̄_g / r_max)."""
+    train_task_seeds: int = 1_000_000
+    """Training tasks are env seeds drawn from [0, train_task_seeds)."""
+    # -- rollout ------------------------------------------------------------------------------
+    n_groups: int = 16
+    """Rollout groups (tasks) per update."""
+    group_size: int = 8
+    """Trajectories per group (PPO: 1 trajectory per task, n_groups × group_size tasks)."""
+    temperature: float = 1.0
+    """Rollout sampling temperature."""
+    max_new_tokens: int = 512
+    """Longest response per step."""
+    # -- objective ----------------------------------------------------------------------------
+    algo: str = "grpo"
+    """Advantage estimator: grpo, gigpo, rloo or ppo."""
+    paw: bool = True
+    """World-model co-training on (False: the vanilla RL baseline)."""
+    wm_loss: str = "cmae"
+    """WM token loss: cmae, mae or ce."""
+    alpha: float = 0.75
+    """Fraction of transitions (by action entropy) that get the WM loss."""
+    rho: float = 0.2
+    """CMAE confidence threshold."""
+    adaptive_coef: bool = True
+    """Reward-adaptive λ_g (False: λ_g ≡ 1)."""
+    gamma: float = 0.95
+    """GiGPO step-level discount."""
+    omega: float = 1.0
+    """GiGPO step-advantage weight."""
+    gae_gamma: float = 1.0
+    """PPO: GAE discount over steps."""
+    gae_lambda: float = 1.0
+    """PPO: GAE λ."""
+    clip_eps: float = 0.2
+    """PPO-clip ε."""
+    clip_eps_high: float | None = None
+    """Upper clip ε (None: symmetric)."""
+    kl_coef: float = 0.0
+    """k3 KL-to-reference weight (reference = adapters disabled under LoRA)."""
+    rl_agg: str = "token"
+    """RL loss aggregation inside a group: token or sequence."""
+    # -- optimisation -------------------------------------------------------------------------
+    total_steps: int = 150
+    """RL updates (one rollout each)."""
+    ppo_epochs: int = 1
+    """Passes over each rollout."""
+    mini_batch_size: int = 64
+    """Transitions per optimizer step (0: the whole rollout in one step)."""
+    token_budget: int = 16384
+    """Padded tokens per micro-batch (bounds activation memory; gradients accumulate)."""
+    max_seq_len: int = 4096
+    """Longest serialised h ⊕ a ⊕ o row; the observation is cut first."""
+    max_obs_tokens: int = 512
+    """Observation tokens kept as the WM target."""
+    lr: float = 1e-6
+    """Actor learning rate."""
+    critic_lr: float = 1e-5
+    """PPO critic learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    warmup_steps: int = 0
+    """Linear warm-up (optimizer steps)."""
+    lr_schedule: str = "constant"
+    """constant or cosine (after warm-up)."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm."""
+    logits_chunk: int = 2048
+    """Positions per LM-head chunk in the training pass."""
+    # -- bookkeeping --------------------------------------------------------------------------
+    seed: int = 0
+    """One seed for Python, NumPy, torch and the envs."""
+    output_dir: str = "runs/paw"
+    """Checkpoints, metrics.jsonl and curves go here."""
+    save_every: int = 10
+    """Checkpoint every N updates (0: only at the end)."""
+    keep_checkpoints: int = 2
+    """Most recent checkpoints kept on disk."""
+    tensorboard: bool = False
+    """Also log to TensorBoard (needs tensorboard installed)."""
+    wandb: bool = False
+    """Also log to Weights & Biases (needs wandb installed)."""
+    wandb_project: str = "paw-gym"
+    """W&B project name."""
+    progress: bool = True
+    """Show a progress bar."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError naming the bad value."""
+        def bad(name, allowed):
+            return ValueError(f"{name}={getattr(self, name)!r} is invalid; expected {allowed}")
+        if self.algo not in ALGOS:
+            raise bad("algo", " | ".join(ALGOS))
+        if self.wm_loss not in ("cmae", "mae", "ce"):
+            raise bad("wm_loss", "cmae | mae | ce")
+        if not 0 < self.alpha <= 1:
+            raise bad("alpha", "a number in (0, 1]")
+        if not 0 <= self.rho <= 1:
+            raise bad("rho", "a number in [0, 1]")
+        if self.rl_agg not in ("token", "sequence"):
+            raise bad("rl_agg", "token | sequence")
+        if self.lr_schedule not in ("constant", "cosine"):
+            raise bad("lr_schedule", "constant | cosine")
+        for name in ("n_groups", "group_size", "max_new_tokens", "token_budget", "max_seq_len",
+                     "ppo_epochs"):
+            if getattr(self, name) < 1:
+                raise bad(name, "an integer >= 1")
+        if self.r_max <= 0:
+            raise bad("r_max", "a positive number")
+
+
+def _field_types() -> dict[str, Any]:
+    return typing.get_type_hints(TrainConfig)
+
+
+def _parse_value(name: str, raw: str, kind: Any) -> Any:
+    """Turn a CLI string into the field's type (``none`` → None for optional fields)."""
+    import yaml
+
+    optional = typing.get_origin(kind) in (typing.Union, types.UnionType) and \
+        type(None) in typing.get_args(kind)
+    if optional and raw.strip().lower() in ("none", "null"):
+        return None
+    value = yaml.safe_load(raw)  # true/false, numbers, [lists], {dicts}
+    base = next((a for a in typing.get_args(kind) if a is not type(None)), kind) if optional else kind
+    origin = typing.get_origin(base) or base
+    if origin is bool and not isinstance(value, bool):
+        raise ValueError(f"--{name} expects true or false, got {raw!r}")
+    if origin in (int, float) and not isinstance(value, (int, float)):
+        raise ValueError(f"--{name} expects a number, got {raw!r}")
+    if origin is str:
+        return raw
+    if origin is float:
+        return float(value)
+    return value
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """One ``--name VALUE`` flag per TrainConfig field (default: not given)."""
+    group = parser.add_argument_group("config overrides (win over the YAML file)")
+    for f in dataclasses.fields(TrainConfig):
+        doc = _FIELD_DOCS.get(f.name, "")
+        group.add_argument(f"--{f.name}", dest=f"cfg_{f.name}", default=None, metavar="VALUE",
+                           help=doc)
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    kinds = _field_types()
+    out = {}
+    for f in dataclasses.fields(TrainConfig):
+        raw = getattr(args, f"cfg_{f.name}", None)
+        if raw is not None:
+            out[f.name] = _parse_value(f.name, raw, kinds[f.name])
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None,
+                cls: type = TrainConfig):
+    """Build ``cls`` from a YAML file (optional) and overrides; unknown keys are an error."""
+    import yaml
+
+    values: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"config file {str(path)!r} does not exist")
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{path}: expected a mapping of field: value, got {type(loaded).__name__}")
+        values.update(loaded)
+    values.update(overrides or {})
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"unknown config key(s) {unknown}; known keys: {sorted(known)}")
+    return cls(**values)
+
+
+def save_config(config, path: str | Path) -> None:
+    import yaml
+
+    Path(path).write_text(yaml.safe_dump(dataclasses.asdict(config), sort_keys=False),
+                          encoding="utf-8")
+
+
+def _field_docs(cls: type) -> dict[str, str]:
+    """Field docstrings (the string literal after each field), for --help."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    docs: dict[str, str] = {}
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    for node, following in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr) and \
+                isinstance(getattr(following, "value", None), ast.Constant):
+            docs[node.target.id] = str(following.value.value)  # type: ignore[union-attr]
+    return docs
+
+
+_FIELD_DOCS = _field_docs(TrainConfig)

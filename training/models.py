@@ -1,0 +1,121 @@
+"""Loading the policy for training: dtype/device, LoRA or full fine-tuning, the KL reference,
+and the PPO critic (a value head on its own copy of the backbone)."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from pathlib import Path
+
+import torch
+
+from training.config import TrainConfig
+
+
+def torch_dtype(name: str):
+    if name == "auto":
+        return "auto"
+    try:
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+    except KeyError:
+        raise ValueError(f"dtype={name!r} is not one of auto, float32, bfloat16, float16") from None
+
+
+def is_adapter_dir(path: str | Path | None) -> bool:
+    return path is not None and Path(path, "adapter_config.json").is_file()
+
+
+def build_policy(config: TrainConfig):
+    """An ``agents.HFPolicy`` on the configured model, wrapped for training (LoRA or full)."""
+    from agents.hf_policy import HFPolicy
+
+    source = config.model
+    if config.init_checkpoint and not is_adapter_dir(config.init_checkpoint):
+        source = config.init_checkpoint  # a full fine-tuned model directory (e.g. from SFT)
+    policy = HFPolicy(source, tokenizer=config.model if source != config.model else None,
+                      device=config.device, dtype=torch_dtype(config.dtype), seed=config.seed)
+    if is_adapter_dir(config.init_checkpoint):
+        if not config.lora:
+            raise ValueError(f"init_checkpoint {config.init_checkpoint!r} is a LoRA adapter; "
+                             "set lora: true to keep training it")
+        from peft import PeftModel
+
+        policy.model = PeftModel.from_pretrained(policy.model, config.init_checkpoint,
+                                                 is_trainable=True).to(policy.device)
+    elif config.lora:
+        from peft import LoraConfig, get_peft_model
+
+        lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha,
+                          lora_dropout=config.lora_dropout,
+                          target_modules=list(config.lora_target_modules), task_type="CAUSAL_LM")
+        policy.model = get_peft_model(policy.model, lora)
+    if config.gradient_checkpointing:
+        policy.model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": False})
+        if config.lora:
+            policy.model.enable_input_require_grads()
+    # Dropout would make the training pass disagree with the rollout's log-probs.
+    policy.model.eval()
+    return policy
+
+
+def trainable_parameters(model) -> list[torch.nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+class Reference:
+    """The KL reference policy: the same model with adapters disabled (LoRA), or a frozen copy
+    of the initial weights (full fine-tuning)."""
+
+    def __init__(self, model, lora: bool):
+        self.frozen = None if lora else copy.deepcopy(model).requires_grad_(False).eval()
+        self.model = model
+
+    @contextlib.contextmanager
+    def active(self):
+        """Yields the module to run the reference forward with."""
+        if self.frozen is not None:
+            yield self.frozen
+        else:
+            with self.model.disable_adapter():
+                yield self.model
+
+
+class ValueModel(torch.nn.Module):
+    """PPO critic: a copy of the policy's decoder plus a scalar head; V(h) is read at the last
+    prompt token."""
+
+    def __init__(self, policy_model):
+        super().__init__()
+        base = policy_model.get_base_model() if hasattr(policy_model, "get_base_model") \
+            else policy_model
+        if hasattr(policy_model, "get_base_model"):
+            with policy_model.disable_adapter():
+                decoder = copy.deepcopy(base.get_decoder())
+            # Drop the LoRA branches from the copy: the critic trains all its own weights.
+            decoder = _strip_lora(decoder)
+        else:
+            decoder = copy.deepcopy(base.get_decoder())
+        self.decoder = decoder.requires_grad_(True)
+        hidden = base.config.hidden_size
+        self.head = torch.nn.Linear(hidden, 1)
+        torch.nn.init.zeros_(self.head.weight)
+        torch.nn.init.zeros_(self.head.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                last_index: torch.Tensor) -> torch.Tensor:
+        hidden = self.decoder(input_ids=input_ids, attention_mask=attention_mask,
+                              use_cache=False).last_hidden_state
+        rows = torch.arange(hidden.shape[0], device=hidden.device)
+        return self.head(hidden[rows, last_index].float()).squeeze(-1)
+
+
+def _strip_lora(module: torch.nn.Module) -> torch.nn.Module:
+    """Replace peft LoRA layers in ``module`` by their base layers."""
+    for name, child in list(module.named_children()):
+        base_layer = getattr(child, "base_layer", None)
+        if base_layer is not None and hasattr(child, "lora_A"):
+            setattr(module, name, base_layer)
+        else:
+            _strip_lora(child)
+    return module

@@ -1,0 +1,104 @@
+"""From rollout trajectories to training samples: advantages, entropy selection, λ_g, and the
+``h ⊕ a ⊕ o_next`` serialisation of each transition."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from agents.types import Trajectory
+from training import advantages as adv
+from training.batch import Sample, serialize
+from training.config import TrainConfig
+from training.losses import adaptive_wm_coef, select_by_entropy
+
+#: Anchor key of the first step when the trajectory does not carry its reset observation
+#: (every trajectory of a group starts from the same reset state anyway).
+INITIAL_STATE = "\x00<initial state>"
+
+
+@dataclass
+class RolloutBatch:
+    """One update's worth of samples plus what the objective needs about them."""
+
+    samples: list[Sample]
+    selected: torch.Tensor
+    """``[N]`` bool: transitions that get the WM loss (top-α action entropy)."""
+    group_lambda: dict[int, float]
+    """λ_g per group index."""
+    trajectories: list[Trajectory]
+
+
+def anchor_keys(trajectory: Trajectory) -> list[str]:
+    """The state each step acted on: o_0 for the first step, then the previous step's raw next
+    observation (GiGPO's anchor states)."""
+    keys = []
+    previous = trajectory.initial_observation or INITIAL_STATE
+    for transition in trajectory.transitions:
+        keys.append(str(transition.info.get("anchor_observation", previous)))
+        previous = transition.next_observation
+    return keys
+
+
+def step_advantages(trajectories: list[Trajectory], config: TrainConfig,
+                    values: list[list[float]] | None = None) -> list[list[float]]:
+    """Advantage of every step of every trajectory (per-trajectory lists)."""
+    groups = [t.group_index for t in trajectories]
+    returns = torch.tensor([t.total_reward for t in trajectories], dtype=torch.float32)
+    if config.algo in ("grpo", "rloo"):
+        episode = adv.grpo(returns, groups) if config.algo == "grpo" else adv.rloo(returns, groups)
+        return [[float(episode[i])] * len(t) for i, t in enumerate(trajectories)]
+    if config.algo == "gigpo":
+        rewards = [torch.tensor([s.reward for s in t.transitions]) for t in trajectories]
+        steps = adv.gigpo(returns, groups, rewards, [anchor_keys(t) for t in trajectories],
+                          gamma=config.gamma, omega=config.omega)
+        return [s.tolist() for s in steps]
+    if values is None:
+        raise ValueError("algo='ppo' needs critic values for every step")
+    raw = [adv.gae(torch.tensor([s.reward for s in t.transitions]), torch.tensor(v),
+                   config.gae_gamma, config.gae_lambda)[0] for t, v in zip(trajectories, values)]
+    flat = adv.whiten(torch.cat(raw)) if raw else torch.zeros(0)
+    return [part.tolist() for part in flat.split([len(t) for t in trajectories])]
+
+
+def value_targets(trajectories: list[Trajectory], values: list[list[float]],
+                  config: TrainConfig) -> list[list[float]]:
+    """PPO critic targets (GAE returns), per trajectory."""
+    return [adv.gae(torch.tensor([s.reward for s in t.transitions]), torch.tensor(v),
+                    config.gae_gamma, config.gae_lambda)[1].tolist()
+            for t, v in zip(trajectories, values)]
+
+
+def build_batch(trajectories: list[Trajectory], tokenizer, config: TrainConfig,
+                values: list[list[float]] | None = None) -> RolloutBatch:
+    """Serialise every transition with a non-empty response into a :class:`Sample`."""
+    per_step = step_advantages(trajectories, config, values)
+    targets = value_targets(trajectories, values, config) if values is not None else None
+    flat = [(ti, si) for ti, t in enumerate(trajectories) for si, s in enumerate(t.transitions)
+            if s.output.response_ids]
+    entropies = torch.tensor([trajectories[ti].transitions[si].output.mean_entropy
+                              for ti, si in flat], dtype=torch.float64)
+    selected = (select_by_entropy(entropies, config.alpha) if config.paw and flat
+                else torch.zeros(len(flat), dtype=torch.bool))
+    group_returns: dict[int, list[float]] = {}
+    for t in trajectories:
+        group_returns.setdefault(t.group_index, []).append(t.total_reward)
+    group_lambda = {g: (adaptive_wm_coef(sum(r) / len(r), config.r_max) if config.adaptive_coef
+                        else 1.0) for g, r in group_returns.items()}
+    samples = []
+    for row, (ti, si) in enumerate(flat):
+        trajectory, transition = trajectories[ti], trajectories[ti].transitions[si]
+        out = transition.output
+        # Only rows whose WM term can be non-zero carry observation tokens (saves compute).
+        wants_obs = bool(selected[row]) and group_lambda[trajectory.group_index] > 0
+        obs_ids = (tokenizer(transition.next_observation, add_special_tokens=False)["input_ids"]
+                   [:config.max_obs_tokens] if wants_obs else [])
+        ids, p, a, o = serialize(out.prompt_ids, out.response_ids, obs_ids, config.max_seq_len)
+        samples.append(Sample(
+            ids, p, a, o, old_logprobs=list(out.logprobs), advantage=per_step[ti][si],
+            group=trajectory.group_index, entropy=out.mean_entropy,
+            value_target=targets[ti][si] if targets else 0.0,
+            old_value=values[ti][si] if values else 0.0,
+            extra={"task_type": trajectory.task_type}))
+    return RolloutBatch(samples, selected, group_lambda, trajectories)

@@ -1,0 +1,332 @@
+"""``PaWTrainer``: rollout groups → advantages → PPO-clip + world-model co-training updates."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import resource
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from agents.types import Trajectory
+from training import checkpoint as ckpt
+from training.batch import collate, token_budget_batches
+from training.config import TrainConfig, save_config
+from training.metrics_log import MetricsLogger, plot_curves
+from training.models import Reference, ValueModel, build_policy, trainable_parameters
+from training.objective import (ObjectiveSettings, gather_logprobs, micro_batch_loss,
+                                objective_weights)
+from training.rollout_batch import RolloutBatch, build_batch
+from training.value import critic_loss, critic_values
+
+#: collect(policy, task_seeds, group_size, temperature, seed) -> trajectories grouped by task.
+Collector = Callable[[Any, list[int], int, float, int], list[Trajectory]]
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+class PaWTrainer:
+    """On-policy agentic RL (GRPO / GiGPO / RLOO / PPO) with PaW world-model co-training.
+
+    Each :meth:`train_step` samples ``n_groups`` tasks, rolls out ``group_size`` trajectories
+    per task with the current policy, and updates the policy on the PaW objective
+    (see :mod:`training.objective`). Steps are seeded from ``(seed, step)``, so a run resumed
+    from a checkpoint continues exactly as the uninterrupted run would have.
+
+    Example:
+        >>> config = load_config("configs/webshop_tiny_grpo_paw.yaml")      # doctest: +SKIP
+        >>> PaWTrainer(config).train()                                      # doctest: +SKIP
+    """
+
+    def __init__(self, config: TrainConfig, policy=None, collect: Collector | None = None):
+        self.config = config
+        seed_everything(config.seed)
+        self.policy = policy if policy is not None else build_policy(config)
+        self.model = self.policy.model
+        self.tokenizer = self.policy.tokenizer
+        if collect is None:
+            from training.collect import EnvCollector
+
+            collect = EnvCollector(config)
+        self.collect = collect
+        self.device = next(self.model.parameters()).device
+        self.settings = ObjectiveSettings(
+            paw=config.paw, wm_loss=config.wm_loss, rho=config.rho, clip_eps=config.clip_eps,
+            clip_eps_high=config.clip_eps_high, kl_coef=config.kl_coef, rl_agg=config.rl_agg,
+            action_temperature=config.temperature)
+        params = trainable_parameters(self.model)
+        if not params:
+            raise ValueError("the model has no trainable parameters")
+        self.optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+        self.reference = Reference(self.model, config.lora) if config.kl_coef > 0 else None
+        self.critic = self.critic_optimizer = None
+        if config.algo == "ppo":
+            self.critic = ValueModel(self.model).to(self.device)
+            self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=config.critic_lr)
+        self.step = 0
+        self.skipped_updates = 0
+
+    # -- schedule -------------------------------------------------------------------------
+    def _optimizer_steps_per_update(self) -> int:
+        rollout = self.config.n_groups * self.config.group_size
+        per_epoch = 1 if self.config.mini_batch_size <= 0 else \
+            max(1, math.ceil(rollout / self.config.mini_batch_size))
+        return per_epoch * self.config.ppo_epochs
+
+    def _lr_factor(self, optimizer_step: int) -> float:
+        warm = self.config.warmup_steps
+        if warm and optimizer_step < warm:
+            return (optimizer_step + 1) / warm
+        if self.config.lr_schedule == "constant":
+            return 1.0
+        total = max(1, self.config.total_steps * self._optimizer_steps_per_update() - warm)
+        progress = min(1.0, (optimizer_step - warm) / total)
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    # -- training loop ----------------------------------------------------------------------
+    def train(self, resume: str | Path | bool | None = None) -> list[dict[str, Any]]:
+        """Run until ``total_steps``; returns the metrics of the steps run by this call.
+
+        ``resume``: a checkpoint directory, or True for the latest one in ``output_dir``.
+        """
+        config = self.config
+        out = Path(config.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        if resume:
+            path = ckpt.latest_checkpoint(out) if resume is True else Path(resume)
+            if path is None:
+                raise FileNotFoundError(f"--resume: no checkpoint under {out / 'checkpoints'}")
+            self.load_checkpoint(path)
+        save_config(config, out / "config.yaml")
+        logger = MetricsLogger(out, tensorboard=config.tensorboard, wandb=config.wandb,
+                               wandb_project=config.wandb_project, config=asdict(config),
+                               start_step=self.step)
+        history = []
+        bar = _progress(config.total_steps, self.step, config.progress)
+        try:
+            while self.step < config.total_steps:
+                metrics = self.train_step()
+                logger.log(self.step, metrics)
+                history.append({"step": self.step, **metrics})
+                bar.update(1)
+                bar.set_postfix(reward=f"{metrics['reward']:.2f}",
+                                success=f"{metrics['success']:.2f}")
+                if config.save_every and self.step % config.save_every == 0:
+                    self.save_checkpoint()
+            if not config.save_every or self.step % config.save_every:
+                self.save_checkpoint()
+        finally:
+            bar.close()
+            logger.close()
+        plot_curves(out / "metrics.jsonl", out / "curves.png")
+        return history
+
+    def train_step(self) -> dict[str, Any]:
+        """One rollout + update; increments :attr:`step`."""
+        config = self.config
+        step_seed = config.seed * 1_000_003 + self.step
+        seed_everything(step_seed)
+        rng = random.Random(step_seed)
+        ppo = config.algo == "ppo"
+        n_tasks = config.n_groups * (config.group_size if ppo else 1)
+        task_seeds = [rng.randrange(config.train_task_seeds) for _ in range(n_tasks)]
+        start = time.perf_counter()
+        trajectories = self.collect(self.policy, task_seeds, 1 if ppo else config.group_size,
+                                    config.temperature, step_seed)
+        rollout_time = time.perf_counter() - start
+        metrics = self.update(trajectories)
+        generated = sum(len(s.output.response_ids) for t in trajectories for s in t.transitions)
+        metrics.update(rollout_time=rollout_time, step_time=time.perf_counter() - start,
+                       gen_tokens_per_s=generated / max(rollout_time, 1e-9))
+        self.step += 1
+        return metrics
+
+    def update(self, trajectories: list[Trajectory]) -> dict[str, Any]:
+        """Advantages and optimizer steps on one rollout; returns this update's metrics."""
+        config = self.config
+        start = time.perf_counter()
+        values = (critic_values(self.critic, trajectories, config, self.policy.pad_id,
+                                self.device) if self.critic is not None else None)
+        batch = build_batch(trajectories, self.tokenizer, config, values)
+        if not batch.samples:
+            raise RuntimeError("the rollout produced no transition with a non-empty response")
+        if self.reference is not None:
+            self._attach_reference_logprobs(batch)
+        totals: dict[str, float] = {}
+        order_rng = torch.Generator().manual_seed(config.seed * 7919 + self.step)
+        n = len(batch.samples)
+        size = n if config.mini_batch_size <= 0 else config.mini_batch_size
+        norms = []
+        for _ in range(config.ppo_epochs):
+            order = torch.randperm(n, generator=order_rng).tolist()
+            for begin in range(0, n, size):
+                rows = order[begin:begin + size]
+                norm = self._optimize(batch, rows, totals)
+                if norm is not None:
+                    norms.append(norm)
+                if self.critic is not None:
+                    self._optimize_critic(batch, rows, totals)
+        update_time = time.perf_counter() - start
+        return self._metrics(batch, totals, norms, update_time)
+
+    # -- pieces of an update ------------------------------------------------------------------
+    def _micro_batches(self, batch: RolloutBatch, rows: list[int]) -> list[list[int]]:
+        parts = token_budget_batches([len(batch.samples[i]) for i in rows], self.config.token_budget)
+        return [[rows[i] for i in part] for part in parts]
+
+    @torch.no_grad()
+    def _attach_reference_logprobs(self, batch: RolloutBatch) -> None:
+        with self.reference.active() as reference:
+            for rows in self._micro_batches(batch, list(range(len(batch.samples)))):
+                mb = collate(batch.samples, rows, self.policy.pad_id, self.device)
+                logprobs, _ = gather_logprobs(reference, mb, score_obs=False,
+                                              action_temperature=self.settings.action_temperature,
+                                              chunk_size=self.config.logits_chunk)
+                for r, i in enumerate(rows):
+                    s = batch.samples[i]
+                    s.ref_logprobs = logprobs[r, s.prompt_len:s.prompt_len + s.action_len].tolist()
+
+    def _optimize(self, batch: RolloutBatch, rows: list[int], totals: dict[str, float]):
+        """Accumulate gradients over the micro-batches of ``rows``; one guarded optimizer step."""
+        samples = [batch.samples[i] for i in rows]
+        w_rl, w_wm = objective_weights(samples, batch.selected[rows], batch.group_lambda,
+                                       self.settings)
+        position = {row: k for k, row in enumerate(rows)}
+        finite = True
+        for micro in self._micro_batches(batch, rows):
+            mb = collate(batch.samples, micro, self.policy.pad_id, self.device)
+            local = [position[i] for i in micro]
+            loss, stats = micro_batch_loss(self.model, mb, w_rl[local], w_wm[local],
+                                           self.settings, self.config.logits_chunk)
+            if not torch.isfinite(loss):
+                finite = False
+                break
+            loss.backward()
+            stats["train_tokens"] = float(mb.attention_mask.sum())
+            for key, value in stats.items():
+                totals[key] = totals.get(key, 0.0) + value
+        params = trainable_parameters(self.model)
+        norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm) if finite else None
+        if not finite or not torch.isfinite(norm):
+            # Skip the step: the weights and the optimizer state stay exactly as they were.
+            self.optimizer.zero_grad(set_to_none=True)
+            self.skipped_updates += 1
+            totals["skipped"] = totals.get("skipped", 0.0) + 1
+            return None
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        totals["optimizer_steps"] = totals.get("optimizer_steps", 0.0) + 1
+        return float(norm)
+
+    def _optimize_critic(self, batch: RolloutBatch, rows: list[int], totals: dict[str, float]):
+        loss = critic_loss(self.critic, [batch.samples[i] for i in rows], self.policy.pad_id,
+                           self.device, self.config.token_budget)
+        if not torch.isfinite(loss):
+            self.critic_optimizer.zero_grad(set_to_none=True)
+            return
+        torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.config.max_grad_norm)
+        self.critic_optimizer.step()
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        totals["value_loss_sum"] = totals.get("value_loss_sum", 0.0) + float(loss)
+        totals["critic_steps"] = totals.get("critic_steps", 0.0) + 1
+
+    def _metrics(self, batch: RolloutBatch, totals: dict[str, float], norms: list[float],
+                 update_time: float) -> dict[str, Any]:
+        trajectories = batch.trajectories
+        transitions = [s for t in trajectories for s in t.transitions]
+        n_steps = max(1.0, totals.get("optimizer_steps", 0.0) + totals.get("skipped", 0.0))
+        per = lambda key, by: totals.get(key, 0.0) / by if by else 0.0  # noqa: E731
+        lambdas = list(batch.group_lambda.values())
+        metrics = {
+            "reward": float(np.mean([t.total_reward for t in trajectories])),
+            "success": float(np.mean([t.won for t in trajectories])),
+            "episode_length": float(np.mean([len(t) for t in trajectories])),
+            "invalid_frac": float(np.mean([s.invalid_action for s in transitions]))
+            if transitions else 0.0,
+            "policy_loss": totals.get("rl_loss", 0.0) / n_steps,
+            "clip_frac": per("clipped_tokens", totals.get("action_tokens", 0.0)),
+            "kl": per("kl_sum", totals.get("action_tokens", 0.0)),
+            "action_entropy": per("entropy_sum", totals.get("action_tokens", 0.0)),
+            "lambda_mean": float(np.mean(lambdas)) if lambdas else 0.0,
+            "wm_loss": per("wm_loss_sum", totals.get("wm_rows", 0.0)),
+            "wm_term": totals.get("wm_term", 0.0) / n_steps,
+            "wm_clipped_frac": per("obs_clipped_tokens", totals.get("obs_tokens", 0.0)),
+            "wm_selected": int(batch.selected.sum()),
+            "advantage_abs_mean": float(np.mean([abs(s.advantage) for s in batch.samples])),
+            "transitions": len(batch.samples),
+            "grad_norm": float(np.mean(norms)) if norms else float("nan"),
+            "lr": self.scheduler.get_last_lr()[0],
+            "skipped_updates": int(totals.get("skipped", 0)),
+            "update_time": update_time,
+            "tokens_per_s": totals.get("train_tokens", 0.0) / max(update_time, 1e-9),
+            "peak_mem_mb": _peak_memory_mb(self.device),
+        }
+        if self.critic is not None:
+            metrics["value_loss"] = per("value_loss_sum", totals.get("critic_steps", 0.0))
+        return metrics
+
+    # -- checkpoints --------------------------------------------------------------------------
+    def save_checkpoint(self) -> Path:
+        path = ckpt.checkpoint_dir(self.config.output_dir, self.step)
+        path.mkdir(parents=True, exist_ok=True)
+        ckpt.save_model(self.model, path / "model")
+        ckpt.save_optimizer(self.optimizer, path / "optimizer")
+        if self.critic is not None:
+            from safetensors.torch import save_file
+
+            save_file({k: v.contiguous() for k, v in self.critic.state_dict().items()},
+                      str(path / "critic.safetensors"))
+            ckpt.save_optimizer(self.critic_optimizer, path / "critic_optimizer")
+        tensors, rng_meta = ckpt.rng_state()
+        from safetensors.torch import save_file
+
+        save_file(tensors, str(path / "rng.safetensors"))
+        state = {"step": self.step, "skipped_updates": self.skipped_updates,
+                 "scheduler": self.scheduler.state_dict(), "rng": rng_meta,
+                 "config": asdict(self.config)}
+        # state.json last: its presence marks the checkpoint complete.
+        (path / "state.json").write_text(json.dumps(state), encoding="utf-8")
+        ckpt.prune(self.config.output_dir, self.config.keep_checkpoints)
+        return path
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        from safetensors.torch import load_file
+
+        path = Path(path)
+        if not (path / "state.json").is_file():
+            raise FileNotFoundError(f"{path} is not a complete checkpoint (no state.json)")
+        state = json.loads((path / "state.json").read_text(encoding="utf-8"))
+        ckpt.load_trainable_weights(self.model, path / "model")
+        ckpt.load_optimizer(self.optimizer, path / "optimizer")
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.critic is not None:
+            self.critic.load_state_dict(load_file(str(path / "critic.safetensors")))
+            ckpt.load_optimizer(self.critic_optimizer, path / "critic_optimizer")
+        ckpt.restore_rng(load_file(str(path / "rng.safetensors")), state["rng"])
+        self.step = int(state["step"])
+        self.skipped_updates = int(state.get("skipped_updates", 0))
+
+
+def _peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def _progress(total: int, initial: int, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc="PaW training", unit="step",
+                disable=not enabled, dynamic_ncols=True)

@@ -1,0 +1,61 @@
+"""PPO critic passes: V(h_t) for every step of a rollout, and the clipped value loss."""
+
+from __future__ import annotations
+
+import torch
+
+from agents.types import Trajectory
+from training.batch import Sample, token_budget_batches
+
+#: verl's default value-clip range.
+VALUE_CLIP = 0.5
+
+
+def _prompt_tensors(prompts: list[list[int]], pad_id: int, device):
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for r, p in enumerate(prompts):
+        ids[r, :len(p)] = torch.tensor(p, dtype=torch.long)
+        mask[r, :len(p)] = 1
+    last = torch.tensor([len(p) - 1 for p in prompts])
+    return ids.to(device), mask.to(device), last.to(device)
+
+
+@torch.no_grad()
+def critic_values(critic, trajectories: list[Trajectory], config, pad_id: int,
+                  device) -> list[list[float]]:
+    """V(h_t) per step per trajectory (prompts cut to ``max_seq_len`` from the left)."""
+    prompts = [s.output.prompt_ids[-config.max_seq_len:] or [pad_id]
+               for t in trajectories for s in t.transitions]
+    flat: list[float] = [0.0] * len(prompts)
+    for rows in token_budget_batches([len(p) for p in prompts], config.token_budget):
+        ids, mask, last = _prompt_tensors([prompts[i] for i in rows], pad_id, device)
+        for i, v in zip(rows, critic(ids, mask, last).tolist()):
+            flat[i] = v
+    out, k = [], 0
+    for t in trajectories:
+        out.append(flat[k:k + len(t)])
+        k += len(t)
+    return out
+
+
+def critic_loss(critic, samples: list[Sample], pad_id: int, device, token_budget: int
+                ) -> torch.Tensor:
+    """Clipped value loss ½·max((V−R)², (V_clip−R)²), averaged over ``samples``; gradients are
+    accumulated micro-batch by micro-batch and the (detached) mean loss is returned."""
+    prompts = [s.input_ids[:s.prompt_len] for s in samples]
+    total = torch.zeros(())
+    for rows in token_budget_batches([len(p) for p in prompts], token_budget):
+        ids, mask, last = _prompt_tensors([prompts[i] for i in rows], pad_id, device)
+        values = critic(ids, mask, last)
+        target = torch.tensor([samples[i].value_target for i in rows], device=values.device)
+        old = torch.tensor([samples[i].old_value for i in rows], device=values.device)
+        clipped = old + (values - old).clamp(-VALUE_CLIP, VALUE_CLIP)
+        loss = 0.5 * torch.maximum((values - target) ** 2, (clipped - target) ** 2).sum()
+        loss = loss / len(samples)
+        if not torch.isfinite(loss):
+            return loss.detach()
+        loss.backward()
+        total = total + loss.detach().cpu()
+    return total
