@@ -15,7 +15,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from paw_gym.alfworld.generate import DATA_VERSION_DIR, MANIFEST, GenerationConfig, generate, split_dir
+from paw_gym.alfworld.generate import (
+    DATA_VERSION_DIR,
+    GENERATOR_VERSION,
+    MANIFEST,
+    GenerationConfig,
+    generate,
+    split_dir,
+)
 from paw_gym.alfworld.scenes import SPLIT_DIRS, SPLITS
 from paw_gym.alfworld.tasks import TASK_TYPES
 
@@ -45,7 +52,7 @@ def cache_root() -> Path:
 
 
 def generated_root(per_type: int = DEFAULT_CACHE_PER_TYPE, seed: int = DEFAULT_CACHE_SEED) -> Path:
-    return cache_root() / f"generated-n{per_type}-s{seed}"
+    return cache_root() / f"generated-v{GENERATOR_VERSION}-n{per_type}-s{seed}"
 
 
 @contextmanager

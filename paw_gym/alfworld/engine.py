@@ -62,6 +62,18 @@ def read_game(path: str | Path) -> dict:
     return data
 
 
+#: Planner library copies no longer used by a closed engine. Each engine needs its own copy
+#: (the library keeps one global task), and unloading a copy (``dlclose``) makes the next
+#: ``load_lib`` crash, so closed engines hand their copy to the next engine instead.
+_FREE_LIBRARIES: list = []
+
+
+def _acquire_library():
+    import fast_downward
+
+    return _FREE_LIBRARIES.pop() if _FREE_LIBRARIES else fast_downward.load_lib()
+
+
 def _translate(domain: str, problem: str):
     """``fast_downward.pddl2sas`` without its side effect on ``sys.argv``."""
     import fast_downward
@@ -98,7 +110,7 @@ class ALFWorldEngine:
         if cache_size < 1:
             raise ValueError(f"cache_size={cache_size} must be at least 1")
         self.cache_size = cache_size
-        self._lib = fast_downward.load_lib()
+        self._lib = _acquire_library()
         self._games: OrderedDict[str, LoadedGame] = OrderedDict()
         self._logics: OrderedDict[str, Any] = OrderedDict()
         self.game: LoadedGame | None = None
@@ -207,9 +219,7 @@ class ALFWorldEngine:
 
     def close(self) -> None:
         if self._lib is not None:
-            import fast_downward
-
-            fast_downward.close_lib(self._lib)
+            _FREE_LIBRARIES.append(self._lib)
             self._lib = None
             self._games.clear()
             self._logics.clear()

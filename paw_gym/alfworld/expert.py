@@ -102,7 +102,7 @@ class EpisodeExpert:
                         last = "put " + last[len("move "):]
                     try:
                         self._suggestion = self._handcoded.act(state, 0, event.won, last)
-                    except (HandCodedAgentFailed, HandCodedAgentTimeout):
+                    except (HandCodedAgentFailed, HandCodedAgentTimeout, IndexError, KeyError):
                         self._suggestion = "look"
                 self._fed += 1
         finally:

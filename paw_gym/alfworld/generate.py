@@ -23,6 +23,8 @@ from paw_gym.alfworld import pddl
 from paw_gym.alfworld.scenes import SPLIT_DIRS, SPLITS, load_scene, scene_numbers
 from paw_gym.alfworld.tasks import TASK_TYPES, NoTaskHere, TaskSpec, sample_task
 
+#: Bumped whenever generated games change, so caches built by older code are not reused.
+GENERATOR_VERSION = 1
 #: Folder between the data root and the split folders in ALFWorld's layout.
 DATA_VERSION_DIR = "json_2.1.1"
 #: Written last in a split folder: its presence means the split is complete.
@@ -67,8 +69,9 @@ def is_complete(config: GenerationConfig, split: str) -> bool:
     if not manifest.exists():
         return False
     made = json.loads(manifest.read_text(encoding="utf-8"))
-    return (made.get("seed"), made.get("per_type"), made.get("task_types")) == \
-        (config.seed, config.per_type, list(config.task_types))
+    made_with = (made.get("generator_version"), made.get("seed"), made.get("per_type"),
+                 made.get("task_types"))
+    return made_with == (GENERATOR_VERSION, config.seed, config.per_type, list(config.task_types))
 
 
 def _scenes_for(split: str, task_type: str) -> list[int]:
@@ -154,7 +157,8 @@ def generate_split(config: GenerationConfig, split: str, engine=None, bar=None) 
     finally:
         if own_engine:
             engine.close()
-    manifest = {"seed": config.seed, "per_type": config.per_type, "task_types": list(config.task_types),
+    manifest = {"generator_version": GENERATOR_VERSION, "seed": config.seed,
+                "per_type": config.per_type, "task_types": list(config.task_types),
                 "games": games, "rejected": rejected}
     (root / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     return written, rejected

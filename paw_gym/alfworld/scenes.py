@@ -121,6 +121,8 @@ def load_scene(number: int) -> Scene:
     for k, rtype in enumerate(sorted(set(present) & static - have)):
         for i in range(SYNTHETIC_INSTANCES.get(rtype, 1)):
             synthetic_id = f"{rtype}|+{k:02d}.{i:02d}|+00.90|+09.{k:02d}"
+            if rtype.endswith("Basin"):  # ALFRED names basins "Sink|x|y|z|SinkBasin"
+                synthetic_id = f"{rtype[:-len('Basin')]}|+{k:02d}.{i:02d}|+00.90|+09.{k:02d}|{rtype}"
             receptacles.append(Receptacle(synthetic_id, rtype, rtype in constants.OPENABLE_CLASS_SET))
     pickable = pickable_types()
     return Scene(

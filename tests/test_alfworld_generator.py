@@ -1,0 +1,157 @@
+"""ALFWorld game generation: format, object rules, and winnability in the upstream engine."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("alfworld")
+pytest.importorskip("textworld")
+
+from paw_gym.alfworld import pddl  # noqa: E402
+from paw_gym.alfworld.generate import GenerationConfig, generate, split_dir  # noqa: E402
+from paw_gym.alfworld.scenes import load_scene, scene_numbers  # noqa: E402
+from paw_gym.alfworld.tasks import TASK_TYPES, NoTaskHere, sample_task  # noqa: E402
+from tests.test_alfworld_fixtures import shared_cache  # noqa: E402
+
+
+def _games(root: Path) -> list[Path]:
+    return sorted(split_dir(root, "train").rglob("game.tw-pddl"))
+
+
+def test_every_task_type_written_in_alfworld_layout():
+    _, root = shared_cache()
+    games = _games(root)
+    types = []
+    for game_file in games:
+        game = json.loads(game_file.read_text())
+        traj = json.loads((game_file.parent / "traj_data.json").read_text())
+        types.append(traj["task_type"])
+        assert set(game) >= {"pddl_domain", "grammar", "pddl_problem", "solvable", "walkthrough"}
+        assert game["solvable"] is True and game["walkthrough"]
+        assert pddl.GOAL_PLACEHOLDER not in game["grammar"]
+        assert set(traj["pddl_params"]) == {"object_target", "parent_target", "toggle_target",
+                                            "mrecep_target", "object_sliced"}
+        problem = game["pddl_problem"]
+        for constant in ("SinkBasinType - rtype", "MicrowaveType - rtype", "FridgeType - rtype",
+                         "KnifeType - otype", "(atLocation agent1", "(canContain", "(:goal"):
+            assert constant in problem, (game_file, constant)
+        # the task directory names the goal the way ALFRED does
+        assert game_file.parent.parent.name.startswith(traj["task_type"] + "-" +
+                                                       traj["pddl_params"]["object_target"])
+    assert sorted(types) == sorted(TASK_TYPES)
+
+
+def test_walkthroughs_win_in_upstream_textworld_engine():
+    """Replay in textworld's own PddlEnv + alfworld's demangler (the path AlfredTWEnv uses)."""
+    import textworld
+    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
+    from textworld.envs import PddlEnv
+
+    _, root = shared_cache()
+    env = AlfredDemangler(PddlEnv(textworld.EnvInfos(admissible_commands=True, won=True)))
+    for game_file in _games(root):
+        env.load(str(game_file))
+        state = env.reset()
+        assert not state["won"], f"{game_file} is won before any step"
+        for command in json.loads(game_file.read_text())["walkthrough"]:
+            assert command in state["admissible_commands"], (game_file, command)
+            state, _, _ = env.step(command)
+        assert state["won"], game_file
+
+
+def test_fast_engine_matches_upstream_engine_text_and_commands():
+    import textworld
+    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
+    from textworld.envs import PddlEnv
+
+    from paw_gym.alfworld.engine import ALFWorldEngine
+
+    _, root = shared_cache()
+    reference = AlfredDemangler(PddlEnv(textworld.EnvInfos(admissible_commands=True, won=True)))
+    engine = ALFWorldEngine(cache_size=2)
+    argv = list(sys.argv)
+    for game_file in _games(root)[:3]:
+        reference.load(str(game_file))
+        state = reference.reset()
+        for _ in range(2):  # the second reset comes from the engine's cache
+            assert engine.reset(game_file) == state.feedback
+        commands = json.loads(game_file.read_text())["walkthrough"]
+        for command in ["look", "fly to the moon", *commands[:-1], "inventory", commands[-1]]:
+            assert engine.admissible_commands == [c for c in state["admissible_commands"] if c != "help"]
+            state, _, _ = reference.step(command)
+            feedback, valid = engine.step(command)
+            assert feedback == state.feedback
+            assert valid == (command != "fly to the moon")
+            assert engine.won == state["won"]
+        assert engine.won
+    engine.close()
+    assert sys.argv == argv, "fast-downward's translator must not leave sys.argv changed"
+
+
+def test_sampled_tasks_follow_object_rules_and_never_start_won():
+    import alfworld.gen.constants as constants
+
+    rng = np.random.default_rng(3)
+    checked = 0
+    for number in scene_numbers("train")[::6] + scene_numbers("eval_out_of_distribution")[::4]:
+        scene = load_scene(number)
+        receptacle_type = {r.id: r.rtype for r in scene.receptacles}
+        for task_type in TASK_TYPES:
+            try:
+                task = sample_task(scene, task_type, rng)
+            except NoTaskHere:
+                continue
+            checked += 1
+            targets = [o for o in task.objects if o.otype == task.object_target]
+            assert len(targets) >= (2 if task_type == "pick_two_obj_and_place" else 1)
+            for obj in task.objects:
+                rtype = receptacle_type[obj.receptacle]
+                if obj.otype != task.toggle_target:
+                    assert obj.otype in constants.VAL_RECEPTACLE_OBJECTS[rtype], (obj, rtype)
+                if obj.otype == task.object_target and task.parent_target:
+                    assert rtype != task.parent_target, "target starts in a goal receptacle"
+            if task.parent_target:
+                assert task.object_target in constants.VAL_RECEPTACLE_OBJECTS[task.parent_target]
+    assert checked >= 20
+
+
+def test_look_at_obj_in_light_needs_a_lamp():
+    kitchen = load_scene(scene_numbers("train")[0])
+    assert not kitchen.lamps
+    with pytest.raises(NoTaskHere):
+        sample_task(kitchen, "look_at_obj_in_light", np.random.default_rng(0))
+
+
+def test_generation_is_deterministic_and_uses_held_out_scenes_for_ood(tmp_path):
+    outs = []
+    for name in ("a", "b"):
+        config = GenerationConfig(out=tmp_path / name, per_type=1, seed=7, progress=False,
+                                  splits=("eval_out_of_distribution",),
+                                  task_types=("pick_and_place_simple",))
+        report = generate(config)
+        assert report.written == {"eval_out_of_distribution": 1}
+        (game_file,) = split_dir(tmp_path / name, "eval_out_of_distribution").rglob("game.tw-pddl")
+        outs.append((game_file.relative_to(tmp_path / name), game_file.read_text()))
+        traj = json.loads((game_file.parent / "traj_data.json").read_text())
+        assert traj["scene"]["scene_num"] in scene_numbers("eval_out_of_distribution")
+        assert traj["scene"]["scene_num"] not in scene_numbers("train")
+    assert outs[0] == outs[1]
+    # a complete split is kept, not rebuilt
+    assert generate(config).written == {}
+
+
+def test_cli_gen_alfworld_writes_official_layout(tmp_path, capsys):
+    from training.cli import main
+
+    code = main(["gen-alfworld", "--out", str(tmp_path), "--per-type", "1", "--no-progress",
+                 "--splits", "eval_in_distribution", "--task-types", "pick_heat_then_place_in_recep"])
+    assert code == 0
+    games = list((tmp_path / "json_2.1.1" / "valid_seen").rglob("game.tw-pddl"))
+    assert len(games) == 1 and "pick_heat_then_place_in_recep-" in str(games[0])
+    assert "1 games written" in capsys.readouterr().out
+    assert main(["gen-alfworld", "--out", str(tmp_path), "--per-type", "0"]) == 2
