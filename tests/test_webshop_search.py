@@ -94,6 +94,23 @@ def test_top_k_over_many_candidates_equals_a_full_sort():
         assert index.search(query, 50).tolist() == full.tolist()
 
 
+def test_pruned_top_k_is_exact_on_skewed_term_frequencies():
+    """Common words (low idf) are pruned to lookups; the ranking must not change."""
+    rng = np.random.default_rng(1)
+    words = np.array([f"w{i}" for i in range(300)])
+    zipf = 1.0 / np.arange(1, 301)
+    docs = [" ".join(rng.choice(words, size=rng.integers(5, 40), p=zipf / zipf.sum()))
+            for _ in range(5000)]
+    index = BM25Index.build(docs)
+    queries = ["w0 w1 w250", "w0 w0 w299 w120", "w2 w3 w4 w200 w201", "w0 w1 w2 w3 w280",
+               "w150 w0", "w5 w6"]
+    for query in queries:
+        cand, scores = index.score(query)
+        for k in (1, 10, 50):
+            full = cand[np.lexsort((cand, -scores))][:k]
+            assert index.search(query, k).tolist() == full.tolist(), (query, k)
+
+
 def test_disk_cache_round_trip(tmp_path):
     built = BM25Index.cached(DOCS, tmp_path)
     files = list(tmp_path.glob("bm25-*.npz"))

@@ -19,6 +19,7 @@ prices and splits are identical in every process, worker and episode seed.
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from collections import defaultdict
 from typing import Sequence
@@ -44,7 +45,8 @@ def sample_prices(products: Sequence[Product], rng: random.Random) -> dict[str, 
 
 def price_bound(price: float, rng: random.Random) -> tuple[float, str]:
     """``(price_upper, text)`` by WebShop's rule (two of the next four multiples of 10)."""
-    steps = [p for p in PRICE_STEPS if p > price][:4]
+    first = max(0, int(price // 10) - 1)  # a step or two early, filtered exactly below
+    steps = [p for p in PRICE_STEPS[first:first + 6] if p > price][:4]
     if len(steps) < 2:
         return NO_PRICE_BOUND, ""
     _, upper = sorted(rng.sample(steps, 2))
@@ -53,27 +55,27 @@ def price_bound(price: float, rng: random.Random) -> tuple[float, str]:
 
 def synthetic_goals(products: Sequence[Product], prices: dict[str, float],
                     rng: random.Random) -> list[Goal]:
-    drafts: list[dict] = []
-    for p in products:
-        if not p.instruction or not p.instruction_attributes:
-            continue
+    targets = [p for p in products if p.instruction and p.instruction_attributes]
+    # A goal's weight is the mean of 1 / (goals naming the attribute) over its attributes;
+    # every option combination of a product is one goal naming the same attributes.
+    counts: dict[str, int] = defaultdict(int)
+    for p in targets:
+        n_combinations = math.prod(len(v) for v in p.options.values())
+        for a in p.instruction_attributes:
+            counts[a] += n_combinations
+    goals: list[Goal] = []
+    for p in targets:
         upper, price_text = price_bound(prices[p.asin], rng)
-        names = sorted(p.options)
+        attributes = tuple(p.instruction_attributes)
+        weight = sum(1.0 / counts[a] for a in attributes) / len(attributes)
+        names = tuple(sorted(p.options))
         for combo in itertools.product(*(p.options[n] for n in names)):
             option_text = ", and ".join(f"{n}: {v}" for n, v in zip(names, combo))
             option_text = f" with {option_text}" if option_text else ""
-            drafts.append(dict(asin=p.asin, instruction_text=f"{p.instruction}{option_text}"
-                               f"{price_text}", query=p.query, category=p.category,
-                               product_category=p.product_category, name=p.title,
-                               attributes=tuple(p.instruction_attributes),
-                               goal_options=tuple(combo), option_names=tuple(names),
-                               price_upper=upper))
-    counts: dict[str, int] = defaultdict(int)
-    for d in drafts:
-        for a in d["attributes"]:
-            counts[a] += 1
-    return [Goal(**d, weight=sum(1.0 / counts[a] for a in d["attributes"])
-                 / len(d["attributes"])) for d in drafts]
+            goals.append(Goal(p.asin, f"{p.instruction}{option_text}{price_text}", p.query,
+                              p.category, p.product_category, p.title, attributes, combo,
+                              names, upper, weight))
+    return goals
 
 
 def human_goals(products: Sequence[Product], prices: dict[str, float],

@@ -67,6 +67,11 @@ class BM25Index:
         self.num_docs = num_docs
         self.k1, self.b = k1, b
         self._accumulator = np.zeros(num_docs, dtype=np.float32)
+        # Largest contribution of each term to any document: bounds for top-k pruning.
+        nonempty = indptr[:-1] < indptr[1:]
+        self.max_weight = np.zeros(len(terms), dtype=np.float32)
+        if weights.size:
+            self.max_weight[nonempty] = np.maximum.reduceat(weights, indptr[:-1][nonempty])
 
     # -- building -------------------------------------------------------------------------
     @classmethod
@@ -183,8 +188,55 @@ class BM25Index:
         return candidates, scores
 
     def search(self, query: str, k: int = 50) -> np.ndarray:
-        """Document numbers of the top ``k`` hits, best first (ties: lower number first)."""
-        candidates, scores = self.score(query)
+        """Document numbers of the top ``k`` hits, best first (ties: lower number first).
+
+        Exact top-k with MaxScore-style pruning: query terms are added rarest-impact last;
+        once the terms still to come cannot lift an unseen document above the current k-th
+        score, they only update the documents already found (a binary search in their
+        postings) instead of touching all their postings.
+        """
+        counts = Counter(self.vocab[t] for t in analyze(query) if t in self.vocab)
+        if not counts:
+            return np.zeros(0, dtype=np.int32)
+        terms = sorted(counts.items(), key=lambda tc: -float(self.max_weight[tc[0]]) * tc[1])
+        bounds = [float(self.max_weight[t]) * c for t, c in terms]
+        remaining = np.cumsum(bounds[::-1])[::-1].tolist() + [0.0]
+        seen_bound = np.cumsum(bounds).tolist()  # no score can exceed the bounds seen so far
+        acc = self._accumulator
+        found: list[np.ndarray] = []  # documents first reached by each term (disjoint)
+        n_found = 0
+        done = len(terms)
+        for i, (term_id, count) in enumerate(terms):
+            lo, hi = self.indptr[term_id], self.indptr[term_id + 1]
+            docs = self.doc_ids[lo:hi]
+            found.append(docs[acc[docs] == 0.0] if found else docs)  # weights are > 0
+            n_found += len(found[-1])
+            acc[docs] += self.weights[lo:hi] * count if count > 1 else self.weights[lo:hi]
+            if i + 1 < len(terms) and n_found >= k and remaining[i + 1] < seen_bound[i]:
+                candidates = np.concatenate(found) if len(found) > 1 else found[0]
+                partial = acc[candidates]
+                kth = partial[np.argpartition(-partial, k - 1)[k - 1]]
+                if remaining[i + 1] < kth * (1.0 - 1e-6):
+                    done = i + 1
+                    break
+        candidates = np.concatenate(found) if len(found) > 1 else found[0]
+        scores = acc[candidates]
+        acc[candidates] = 0.0
+        if done < len(terms):
+            order = np.argsort(candidates)  # sorted needles: cache-friendly binary search
+            candidates, scores = candidates[order], scores[order]
+        for j in range(done, len(terms)):
+            # Keep only documents that the terms still to come could lift to the k-th score
+            # (which only grows), then add term j's weight to them by lookup.
+            kth = scores[np.argpartition(-scores, k - 1)[k - 1]]
+            keep = scores + remaining[j] >= kth * (1.0 - 1e-6)
+            candidates, scores = candidates[keep], scores[keep]
+            term_id, count = terms[j]
+            lo, hi = self.indptr[term_id], self.indptr[term_id + 1]
+            docs = self.doc_ids[lo:hi]
+            pos = np.minimum(np.searchsorted(docs, candidates), len(docs) - 1)
+            hit = docs[pos] == candidates
+            scores[hit] += self.weights[lo:hi][pos[hit]] * count
         if len(candidates) > k:
             # Partition only the touched documents, then keep everything tied with the k-th
             # score so the final (score, doc number) order is exact.
