@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 
 def template_texts() -> list[str]:
@@ -16,23 +16,26 @@ def template_texts() -> list[str]:
 
 
 def env_texts(env_ids: Sequence[str], episodes: int = 16, max_steps: int = 15, seed: int = 0,
-              progress: bool = False) -> Iterator[str]:
+              progress: bool = False, **env_kwargs: Any) -> Iterator[str]:
     """Prompts, raw observations and actions of random and expert episodes in each env.
 
     Each env plays ``episodes`` tasks with :class:`~agents.baselines.RandomAgent` and the same
     number with :class:`~agents.baselines.ExpertAgent` (when the env has one), through the same
-    wrappers a policy sees (``HistoryPrompt`` + ``ParseAction``).
+    wrappers a policy sees (``HistoryPrompt`` + ``ParseAction``); ``env_kwargs`` go to
+    ``gym.make``.
     """
     from agents.baselines import ExpertAgent, RandomAgent
     from agents.envs import make_agent_env
     from agents.rollout import rollout
 
     for env_id in env_ids:
-        has_expert = hasattr(make_agent_env(env_id).unwrapped, "expert_action")
+        probe = make_agent_env(env_id, **env_kwargs)
+        has_expert = hasattr(probe.unwrapped, "expert_action")
+        probe.close()
         agents = [RandomAgent()] + ([ExpertAgent()] if has_expert else [])
         for index, agent in enumerate(agents):
             trajectories = rollout(agent, env_id, episodes, 1, seed=seed + index,
-                                   max_steps=max_steps, progress=progress)
+                                   max_steps=max_steps, progress=progress, **env_kwargs)
             for trajectory in trajectories:
                 yield trajectory.initial_observation
                 for t in trajectory.transitions:

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import logging
-import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
+from agents.chat import ChatEncoder, check_sampling_args
 from agents.sampling import SamplingBatch, token_statistics
 from agents.types import PolicyOutput
-
-logger = logging.getLogger(__name__)
 
 #: Stop strings of the paper's prompt templates: an action, a search query, an answer.
 DEFAULT_STOP = ("</action>", "</search>", "</answer>")
@@ -66,6 +63,7 @@ class HFPolicy:
         attn_implementation: str | None = None,
         max_context: int | None = None,
         max_batch_size: int | None = None,
+        prefill: str = "auto",
         system_prompt: str | None = None,
         seed: int = 0,
     ):
@@ -81,6 +79,9 @@ class HFPolicy:
                 ``max_position_embeddings``.
             max_batch_size: split ``act`` batches into chunks of at most this many prompts
                 (prompts of similar length go together); None means one batch.
+            prefill: ``"per_row"`` runs each prompt alone (no padding, so attention takes the
+                fast causal path; best on CPU), ``"padded"`` runs the left-padded batch in one
+                pass (best on GPU); ``"auto"`` picks by device.
             system_prompt: optional system message placed before every prompt.
             seed: seeds the sampler used when ``act`` gets no ``seed``.
         """
@@ -102,48 +103,35 @@ class HFPolicy:
         self.tokenizer = tokenizer
         if adapter is not None:
             self.load_adapter(adapter)
-        self.max_context = int(max_context or getattr(model.config, "max_position_embeddings", 0)
-                               or 0) or None
+        max_context = int(max_context or getattr(model.config, "max_position_embeddings", 0)
+                          or 0) or None
         if max_batch_size is not None and max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1 or None, got {max_batch_size}")
         self.max_batch_size = max_batch_size
-        self.system_prompt = system_prompt
+        if prefill not in ("auto", "per_row", "padded"):
+            raise ValueError(f"prefill must be 'auto', 'per_row' or 'padded', got {prefill!r}")
+        self.prefill = prefill
         self.eos_ids = _eos_ids(model, tokenizer)
         self.pad_id = _pad_id(tokenizer, self.eos_ids)
-        self.truncated_prompts = 0
+        self.chat = ChatEncoder(tokenizer, max_context, system_prompt, self.eos_ids[0])
         self._rng = torch.Generator().manual_seed(seed)
 
     # -- prompts ----------------------------------------------------------------------------
+    @property
+    def max_context(self) -> int | None:
+        return self.chat.max_context
+
+    @property
+    def truncated_prompts(self) -> int:
+        return self.chat.truncated_prompts
+
     def chat_text(self, prompt: str) -> str:
         """The prompt as the model sees it: chat template with the generation prompt."""
-        messages = [{"role": "user", "content": prompt}]
-        if self.system_prompt is not None:
-            messages.insert(0, {"role": "system", "content": self.system_prompt})
-        if not getattr(self.tokenizer, "chat_template", None):
-            raise ValueError(f"tokenizer {type(self.tokenizer).__name__} has no chat template; "
-                             "use an instruct model or set tokenizer.chat_template")
-        return self.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                  add_generation_prompt=True)
+        return self.chat.chat_text(prompt)
 
     def encode_prompt(self, prompt: str, max_new_tokens: int) -> tuple[list[int], bool]:
         """Prompt ids exactly as ``act`` uses them, and whether they were cut from the left."""
-        ids = self.tokenizer(self.chat_text(prompt), add_special_tokens=False)["input_ids"]
-        if not ids:  # a template that renders an empty prompt to nothing: give the model a start
-            ids = [self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None
-                   else self.eos_ids[0]]
-        budget = self._prompt_budget(max_new_tokens)
-        if budget is not None and len(ids) > budget:
-            return list(ids[len(ids) - budget:]), True
-        return list(ids), False
-
-    def _prompt_budget(self, max_new_tokens: int) -> int | None:
-        if self.max_context is None:
-            return None
-        budget = self.max_context - max_new_tokens
-        if budget < 1:
-            raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room for the prompt in "
-                             f"a context of {self.max_context} tokens")
-        return budget
+        return self.chat.encode(prompt, max_new_tokens)
 
     # -- adapters ---------------------------------------------------------------------------
     def load_adapter(self, path: str | Path, name: str = "default") -> None:
@@ -185,19 +173,13 @@ class HFPolicy:
             stop: stop strings (kept at the end of the text); None or () for EOS only.
             seed: seed for this call's sampling; None draws one from the policy's own sampler.
         """
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if isinstance(prompts, str):
-            raise TypeError("act() takes a list of prompts, got a single str")
+        check_sampling_args(temperature, max_new_tokens)
+        encoded = self.chat.encode_batch(prompts, max_new_tokens)
         if not prompts:
             return []
         if seed is None:
             seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self._rng))
         generator = torch.Generator(device=self.device).manual_seed(seed)
-        encoded = [self.encode_prompt(p, max_new_tokens) for p in prompts]
-        self._count_truncations(sum(cut for _, cut in encoded))
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i][0]))
         chunk = self.max_batch_size or len(prompts)
         outputs: list[PolicyOutput | None] = [None] * len(prompts)
@@ -218,23 +200,18 @@ class HFPolicy:
     @torch.inference_mode()
     def _generate(self, batch: SamplingBatch, temperature: float,
                   generator: torch.Generator) -> None:
-        from transformers import DynamicCache
-
-        lengths = [len(ids) for ids in batch.prompt_ids]
-        width = max(lengths)
-        input_ids = torch.full((len(lengths), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(lengths), width), dtype=torch.long)
-        for row, ids in enumerate(batch.prompt_ids):
-            input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
-            mask[row, width - len(ids):] = 1
-        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache()
+        lengths = torch.tensor([len(ids) for ids in batch.prompt_ids], device=self.device)
+        width = int(lengths.max())
+        # Left padding: row r's prompt fills columns width - len(r) .. width - 1.
+        mask = (torch.arange(width, device=self.device) >= width - lengths[:, None]).long()
+        cache = self._new_cache(width + batch.max_new_tokens)
+        if self._prefill_per_row(cache):
+            logits = self._prefill_rows(batch.prompt_ids, cache, width)
+        else:
+            logits = self._prefill_padded(batch.prompt_ids, mask, cache, width)
+        positions = (lengths - 1)[:, None]  # position id of each row's last token
         active = torch.arange(len(lengths), device=self.device)  # batch rows still generating
         for _ in range(batch.max_new_tokens):
-            logits = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                                past_key_values=cache, use_cache=True,
-                                logits_to_keep=1).logits[:, -1, :]
             tokens, logprobs, entropies = token_statistics(logits, temperature, generator)
             finished = batch.append(active.tolist(), tokens.tolist(), logprobs.tolist(),
                                     entropies.tolist())
@@ -244,21 +221,59 @@ class HFPolicy:
                 keep = torch.tensor([i for i, done in enumerate(finished) if not done],
                                     device=self.device)
                 cache.batch_select_indices(keep)
-                active, tokens, mask = active[keep], tokens[keep], mask[keep]
-                positions = positions[keep]
-            input_ids = tokens.unsqueeze(-1)
+                active, tokens, mask, positions = active[keep], tokens[keep], mask[keep], \
+                    positions[keep]
             mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
-            positions = positions[:, -1:] + 1
+            positions = positions + 1
+            logits = self.model(input_ids=tokens[:, None], attention_mask=mask,
+                                position_ids=positions, past_key_values=cache, use_cache=True,
+                                logits_to_keep=1).logits[:, -1, :]
 
-    def _count_truncations(self, count: int) -> None:
-        if not count:
-            return
-        if self.truncated_prompts == 0:
-            warnings.warn(f"{count} prompt(s) longer than the context ({self.max_context} tokens "
-                          "minus max_new_tokens) were cut from the left; see "
-                          "HFPolicy.truncated_prompts for the running count", stacklevel=3)
-        self.truncated_prompts += count
-        logger.info("HFPolicy: %d prompt(s) truncated so far", self.truncated_prompts)
+    def _new_cache(self, capacity: int):
+        from transformers import DynamicCache
+
+        from agents.kv_cache import preallocated_cache
+
+        layer_types = getattr(self.model.config, "layer_types", None) or ["full_attention"]
+        if any(kind != "full_attention" for kind in layer_types):
+            return DynamicCache(config=self.model.config)  # sliding windows etc.: HF's own cache
+        return preallocated_cache(self.model.config.num_hidden_layers, capacity)
+
+    def _prefill_per_row(self, cache) -> bool:
+        from agents.kv_cache import PreallocatedLayer
+
+        mode = self.prefill
+        if mode == "auto":
+            mode = "padded" if self.device.type == "cuda" else "per_row"
+        return mode == "per_row" and isinstance(cache.layers[0], PreallocatedLayer)
+
+    def _prefill_padded(self, prompt_ids, mask, cache, width) -> torch.Tensor:
+        input_ids = torch.full(mask.shape, self.pad_id, dtype=torch.long, device=self.device)
+        for row, ids in enumerate(prompt_ids):
+            input_ids[row, width - len(ids):] = torch.tensor(ids, device=self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        return self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                          past_key_values=cache, use_cache=True,
+                          logits_to_keep=1).logits[:, -1, :]
+
+    def _prefill_rows(self, prompt_ids, cache, width) -> torch.Tensor:
+        """Each prompt alone (no padding: the fast causal attention path), then its keys and
+        values copied into the batch cache, right-aligned at ``width``."""
+        from transformers import DynamicCache
+
+        last_logits = []
+        for row, ids in enumerate(prompt_ids):
+            row_cache = DynamicCache(config=self.model.config)
+            out = self.model(input_ids=torch.tensor([ids], device=self.device),
+                             past_key_values=row_cache, use_cache=True, logits_to_keep=1)
+            last_logits.append(out.logits[0, -1, :])
+            for layer, row_layer in zip(cache.layers, row_cache.layers):
+                if row == 0:
+                    layer.allocate(row_layer.keys, len(prompt_ids))
+                layer.write_row(row, row_layer.keys, row_layer.values, width)
+        for layer in cache.layers:
+            layer.set_length(width)
+        return torch.stack(last_logits)
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> tuple[int, ...]:

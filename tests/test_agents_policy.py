@@ -12,10 +12,12 @@ PROMPTS = ["", "Your task is to: find the hidden number between 1 and 8.",
            "Go higher. " * 30, "guess 4"]
 
 
-@pytest.fixture(scope="module")
-def policy(tiny_model_dir) -> HFPolicy:
+@pytest.fixture(scope="module", params=["per_row", "padded"])
+def policy(tiny_model_dir, request) -> HFPolicy:
+    """Both prefill paths: prompts one by one into the batch cache, or one left-padded pass."""
     torch.set_num_threads(1)
-    return HFPolicy(tiny_model_dir, attn_implementation="eager", dtype=torch.float32)
+    return HFPolicy(tiny_model_dir, attn_implementation="eager", dtype=torch.float32,
+                    prefill=request.param)
 
 
 def teacher_forced(policy: HFPolicy, out: PolicyOutput, temperature: float):

@@ -23,6 +23,9 @@ def add_parser(subparsers) -> None:
                         help="tasks per env and per agent (random, expert)")
     parser.add_argument("--max-steps", type=int, default=15, help="step cap per episode")
     parser.add_argument("--seed", type=int, default=0, help="seeds the episodes and the weights")
+    parser.add_argument("--env-arg", dest="env_args", action="append", default=[],
+                        metavar="KEY=VALUE", help="constructor argument for the envs (repeatable; "
+                        "VALUE is parsed as JSON when it can be), e.g. split=test")
     parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
                         help="import MODULE first (e.g. one that registers a custom env)")
     parser.set_defaults(func=run)
@@ -50,9 +53,14 @@ def run(args) -> int:
     from agents.corpus import env_texts, template_texts
     from agents.tiny_model import build_tiny_model, count_parameters
 
+    env_kwargs = _parse_env_args(args.env_args, UserError)
     start = time.perf_counter()
-    texts = template_texts() + list(env_texts(args.envs, args.episodes, args.max_steps,
-                                              args.seed, progress=True))
+    try:
+        texts = template_texts() + list(env_texts(args.envs, args.episodes, args.max_steps,
+                                                  args.seed, progress=True, **env_kwargs))
+    except (ValueError, TypeError, FileNotFoundError) as error:
+        raise UserError(f"could not play {args.envs} with {env_kwargs or 'default settings'}: "
+                        f"{error}") from None
     out = build_tiny_model(texts, args.out, size=args.size, seed=args.seed)
     from transformers import AutoModelForCausalLM
 
@@ -62,3 +70,18 @@ def run(args) -> int:
           f"trained on {len(texts)} texts ({chars / 1e6:.1f}M characters) from "
           f"{args.envs or 'the templates only'} in {time.perf_counter() - start:.1f}s")
     return 0
+
+
+def _parse_env_args(pairs: list[str], error_type: type[Exception]) -> dict:
+    import json
+
+    kwargs = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise error_type(f"--env-arg {pair!r} must look like KEY=VALUE")
+        try:
+            kwargs[key] = json.loads(value)
+        except json.JSONDecodeError:
+            kwargs[key] = value
+    return kwargs
