@@ -66,7 +66,10 @@ def run(args) -> int:
     template, action_format, history = ENV_DEFAULTS.get(args.env, ("alfworld", "action", 2))
     template = args.template or template
     action_format = args.action_format or action_format
-    env = gym.make(args.env, **parse_env_kwargs(args.env_kwargs))
+    try:
+        env = gym.make(args.env, **parse_env_kwargs(args.env_kwargs))
+    except (TypeError, ValueError, FileNotFoundError) as error:  # bad kwargs or missing data
+        raise UserError(f"cannot create {args.env}: {error}") from error
     env = ParseAction(HistoryPrompt(env, template=template, history_length=history),
                       action_format=action_format)
     replay = WMReplay(args.replay)
