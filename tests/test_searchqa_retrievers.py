@@ -120,3 +120,17 @@ def test_env_with_dense_retriever_over_a_corpus_file(tmp_path, documents, dense)
     observation, *_ = env.step(f"<search>{target.title.strip(chr(34))}</search>")
     assert observation.startswith(f"<information>Doc 1(Title: {target.title})")
     assert (tmp_path / "idx" / "faiss.index").is_file()
+
+
+def test_bm25_top_indices_breaks_ties_by_index_and_pads_with_unmatched():
+    import numpy as np
+
+    from paw_gym.searchqa.bm25 import top_indices
+
+    scores = np.array([0.0, 2.0, 0.5, 2.0, 0.0, 3.0], dtype=np.float32)
+    assert top_indices(scores, 3) == [5, 1, 3]
+    assert top_indices(scores, 5) == [5, 1, 3, 2, 0]
+    assert top_indices(np.zeros(6, dtype=np.float32), 3) == [0, 1, 2]
+    retriever = BM25Retriever([Document(str(i), f'"T{i}"\nword{i} common') for i in range(5)])
+    assert [h.document.id for h in retriever.search(["word3"], 3)[0]] == ["3", "0", "1"]
+    assert [h.document.id for h in retriever.search(["the of"], 2)[0]] == ["0", "1"]  # stopwords only
