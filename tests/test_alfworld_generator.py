@@ -78,8 +78,10 @@ def test_fast_engine_matches_upstream_engine_text_and_commands():
     for game_file in _games(root)[:3]:
         reference.load(str(game_file))
         state = reference.reset()
+        sys.argv[:] = argv  # upstream's load and reset overwrite it
         for _ in range(2):  # the second reset comes from the engine's cache
             assert engine.reset(game_file) == state.feedback
+        assert sys.argv == argv, "fast-downward's translator must not leave sys.argv changed"
         commands = json.loads(game_file.read_text())["walkthrough"]
         for command in ["look", "fly to the moon", *commands[:-1], "inventory", commands[-1]]:
             assert engine.admissible_commands == [c for c in state["admissible_commands"] if c != "help"]
@@ -90,7 +92,6 @@ def test_fast_engine_matches_upstream_engine_text_and_commands():
             assert engine.won == state["won"]
         assert engine.won
     engine.close()
-    assert sys.argv == argv, "fast-downward's translator must not leave sys.argv changed"
 
 
 def test_sampled_tasks_follow_object_rules_and_never_start_won():

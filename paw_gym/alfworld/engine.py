@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import sys
 from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,8 @@ class LoadedGame:
     """``PddlState`` right after loading, copied at every reset."""
     entity_infos: dict
     """symbol -> ``EntityInfo`` with the display name (``mug 2``)."""
+    intro: str = ""
+    """Text at the start of the game (room overview and task)."""
     commands: dict = field(default_factory=dict)
     """grounded action key -> command text, filled as actions become applicable."""
 
@@ -83,6 +87,48 @@ def _translate(domain: str, problem: str):
         return fast_downward.pddl2sas(domain, problem, optimize=False)
     finally:
         sys.argv[:] = saved
+
+
+@lru_cache(maxsize=None)
+def _template_variables(template: str) -> frozenset[str]:
+    """Placeholders a command template reads: ``{r}``, ``{r.name ...}``, ``(lend:location)``.
+
+    The text of ``go to [{r.name | receptacleatlocation(r:receptacle, lend:location)}]`` does
+    not depend on where the agent stands (``lstart``), so it is cached per ``(r, lend)`` only.
+    """
+    return frozenset(re.findall(r"\{\s*(\w+)", template)) | frozenset(re.findall(r"(\w+):\w+", template))
+
+
+class _Shared(dict):
+    """A dict the grammar only reads: its deep copies (one per symbol) share it."""
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+class _SharedList(list):
+    def __deepcopy__(self, memo):
+        return self
+
+
+class _Bindings(dict):
+    """Variable bindings: the grammar adds keys to its copies but never changes the (immutable)
+    values, so a shallow copy is as good as the deep copy it asks for, at a fraction of the cost."""
+
+    def __deepcopy__(self, memo):
+        return _Bindings(self)
+
+
+def _shared_state_class():
+    from textworld.envs.pddl.logic import PddlState
+
+    class SharedPddlState(PddlState):
+        """The engine's state; text generation only reads it, so its deep copies share it."""
+
+        def __deepcopy__(self, memo):
+            return self
+
+    return SharedPddlState
 
 
 def _copy_state(state):
@@ -148,8 +194,6 @@ class ALFWorldEngine:
         return self._logics[key]
 
     def _load(self, path: str, data: dict) -> LoadedGame:
-        from textworld.envs.pddl.logic import PddlState
-
         logic = self._logic(data["pddl_domain"], data["grammar"])
         task, sas_text = _translate(data["pddl_domain"], data["pddl_problem"])
         sas = sas_text.encode("utf-8")
@@ -159,10 +203,15 @@ class ALFWorldEngine:
         original = fast_downward.pddl2sas
         fast_downward.pddl2sas = lambda *args, **kwargs: (task, sas_text)
         try:
-            pristine = PddlState(self._lib, data["pddl_problem"], logic)
+            pristine = _shared_state_class()(self._lib, data["pddl_problem"], logic)
         finally:
             fast_downward.pddl2sas = original
-        return LoadedGame(path, data, logic, task, sas, pristine, self._entity_infos(pristine))
+        game = LoadedGame(path, data, logic, task, sas, pristine, self._entity_infos(pristine))
+        # The intro only depends on the initial state: derive it once per game.
+        self.game, self.state = game, pristine
+        game.intro = self._derive("#intro#", {})
+        self.game = self.state = None
+        return game
 
     @staticmethod
     def _entity_infos(state) -> dict:
@@ -171,7 +220,7 @@ class ALFWorldEngine:
         from alfworld.agents.utils.misc import Demangler
         from textworld.generator.game import EntityInfo
 
-        infos = {v.name: EntityInfo(v.name, v.type) for fact in state.facts for v in fact.arguments}
+        infos = _Shared({v.name: EntityInfo(v.name, v.type) for fact in state.facts for v in fact.arguments})
         demangler = Demangler(game_infos={k: SimpleNamespace(id=k) for k in infos})
         for info in infos.values():
             info.name = demangler.demangle_alfred_name(info.id)
@@ -184,9 +233,8 @@ class ALFWorldEngine:
         self.game = self.load(path)
         self._lib.load_sas(self.game.sas)
         self.state = _copy_state(self.game.pristine)
-        feedback = self._derive("#intro#", {})
         self._refresh()
-        return feedback
+        return self.game.intro
 
     def step(self, command: str) -> tuple[str, bool]:
         """Apply ``command``; returns ``(feedback, valid)``. Invalid commands change nothing."""
@@ -227,9 +275,9 @@ class ALFWorldEngine:
     # -- internals ----------------------------------------------------------------------------
     def _context(self, mapping: dict) -> dict:
         infos = self.game.entity_infos
-        return {"state": self.state, "facts": list(self.state.facts),
-                "variables": {ph.name: infos[var.name] for ph, var in mapping.items()},
-                "mapping": mapping, "entity_infos": infos}
+        return {"state": self.state, "facts": _SharedList(self.state.facts),
+                "variables": _Bindings({ph.name: infos[var.name] for ph, var in mapping.items()}),
+                "mapping": _Bindings(mapping), "entity_infos": infos}
 
     def _derive(self, rule: str, mapping: dict) -> str:
         return self.game.logic.grammar.derive(rule, self._context(mapping))
@@ -240,7 +288,9 @@ class ALFWorldEngine:
         names = {k: info.name for k, info in game.entity_infos.items()}
         actions, commands = [], {}
         for action in self.state.all_applicable_actions():
-            key = (action.name, tuple(sorted((ph.name, var.name) for ph, var in action.mapping.items())))
+            used = _template_variables(action.command_template)
+            key = (action.name, tuple(sorted((ph.name, var.name) for ph, var in action.mapping.items()
+                                             if ph.name in used)))
             text = game.commands.get(key)
             if text is None:
                 action.command_template = self._derive(action.command_template, action.mapping)
