@@ -17,6 +17,7 @@ episode with reward ``10 × success`` (success: WebShop's raw reward is 1.0; the
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 from functools import lru_cache
@@ -49,11 +50,25 @@ def load_world(data_dir: str | None, num_products: int | None, catalog_seed: int
                goal_source: str, cache_dir: str | None) -> tuple[Catalog, list[Goal],
                                                                  dict[str, float]]:
     """Catalog, goals (fixed order) and prices; shared by every env of the process."""
+    # Loading creates millions of small objects and no reference cycles: the cyclic garbage
+    # collector would only rescan them again and again (a large share of the load time).
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _load_world(data_dir, num_products, catalog_seed, goal_source, cache_dir)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _load_world(data_dir: str | None, num_products: int | None, catalog_seed: int,
+                goal_source: str, cache_dir: str | None) -> tuple[Catalog, list[Goal],
+                                                                  dict[str, float]]:
     if data_dir is not None:
         products, source = load_official_products(data_dir, num_products)
     else:
-        from paw_gym.webshop.generator import generate_products
-        products = generate_products(num_products or 1000, seed=catalog_seed)
+        from paw_gym.webshop.generator import cached_products
+        products = cached_products(num_products or 1000, catalog_seed, cache_dir)
         source = f"embedded procedural catalog (seed {catalog_seed})"
     catalog = Catalog(products, source, cache_dir=cache_dir, progress=len(products) > 20_000)
     goals, prices = build_goals(products, goal_source)

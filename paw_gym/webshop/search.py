@@ -33,6 +33,8 @@ from paw_gym.webshop.analyzer import analyze
 LUCENE_K1 = 0.9
 LUCENE_B = 0.4
 _CACHE_VERSION = 1
+#: Below this many postings a query is scored exhaustively (pruning costs more than it saves).
+PRUNE_MIN_POSTINGS = 4096
 
 
 def _int_to_byte4(length: np.ndarray) -> np.ndarray:
@@ -198,6 +200,9 @@ class BM25Index:
         counts = Counter(self.vocab[t] for t in analyze(query) if t in self.vocab)
         if not counts:
             return np.zeros(0, dtype=np.int32)
+        postings = sum(int(self.indptr[t + 1] - self.indptr[t]) for t in counts)
+        if postings <= PRUNE_MIN_POSTINGS:
+            return self._top_k(*self.score(query), k)
         terms = sorted(counts.items(), key=lambda tc: -float(self.max_weight[tc[0]]) * tc[1])
         bounds = [float(self.max_weight[t]) * c for t, c in terms]
         remaining = np.cumsum(bounds[::-1])[::-1].tolist() + [0.0]
@@ -237,6 +242,10 @@ class BM25Index:
             pos = np.minimum(np.searchsorted(docs, candidates), len(docs) - 1)
             hit = docs[pos] == candidates
             scores[hit] += self.weights[lo:hi][pos[hit]] * count
+        return self._top_k(candidates, scores, k)
+
+    @staticmethod
+    def _top_k(candidates: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:
         if len(candidates) > k:
             # Partition only the touched documents, then keep everything tied with the k-th
             # score so the final (score, doc number) order is exact.
