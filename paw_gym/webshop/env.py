@@ -28,7 +28,7 @@ import numpy as np
 
 from paw_gym.core import TextEnv
 from paw_gym.webshop.catalog import Catalog, Product, default_cache_dir
-from paw_gym.webshop.goals import build_goals, split_goals
+from paw_gym.webshop.goals import GOAL_SOURCES, build_goals, split_goals
 from paw_gym.webshop.loader import load_official_products, resolve_data_dir
 from paw_gym.webshop.pages import Page, item_page, results_page, search_page, sub_page, done_page
 from paw_gym.webshop.reward import Goal, purchase_reward
@@ -103,6 +103,8 @@ class WebShopEnv(TextEnv):
                  cache_dir: str | os.PathLike | bool | None = None,
                  render_mode: str | None = None):
         super().__init__(render_mode=render_mode)
+        if goal_source not in GOAL_SOURCES:
+            raise ValueError(f"goal_source {goal_source!r} is not one of {GOAL_SOURCES}")
         if goal_sampling not in GOAL_SAMPLING:
             raise ValueError(f"goal_sampling {goal_sampling!r} is not one of {GOAL_SAMPLING}")
         if num_products is not None and num_products < 1:
