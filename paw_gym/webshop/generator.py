@@ -58,7 +58,8 @@ def _attribute_pool(category: str) -> dict[str, list[str]]:
     """Role -> phrases, dropping any phrase a fuzzy match could confuse with an earlier one."""
     kept: list[str] = []
     pool: dict[str, list[str]] = {}
-    sources = [vocab.CATEGORY_ATTRIBUTES[category], vocab.GENERIC_ATTRIBUTES]
+    sources = [vocab.CATEGORY_ATTRIBUTES[category], vocab.EXTRA_CATEGORY_ATTRIBUTES[category],
+               vocab.GENERIC_ATTRIBUTES]
     for role in ("adj", "with", "for"):
         pool[role] = []
         for source in sources:

@@ -18,11 +18,14 @@ def _split(text: str) -> list[str]:
 #: category -> (share of products, category-path roots, {department: queries})
 CATEGORIES: dict[str, tuple[float, list[str], dict[str, str]]] = {
     "beauty": (0.24, ["Beauty & Personal Care"], {
-        "Hair Care": "shampoo, conditioner, hair oil, hair mask, hair spray, dry shampoo, "
+        "Hair Care": "leave in conditioner, hair clips, shampoo, conditioner, hair oil, hair mask,"
+                     " hair spray, dry shampoo, "
                      "hair dryer, flat iron, curling iron, hair brush",
-        "Skin Care": "face cream, face serum, eye cream, face wash, sunscreen, face mask, "
+        "Skin Care": "micellar water, sheet masks, face cream, face serum, eye cream, face wash, "
+                     "sunscreen, face mask, "
                      "facial toner, body lotion, lip balm, facial cleanser",
-        "Makeup": "lipstick, foundation, mascara, eyeliner, eye shadow palette, concealer, "
+        "Makeup": "makeup remover, lip liner, lipstick, foundation, mascara, eyeliner, eye shadow "
+                  "palette, concealer, "
                   "blush, makeup brushes, setting spray, lip gloss",
         "Fragrance": "perfume, body mist, cologne, deodorant",
         "Oral Care": "toothpaste, electric toothbrush, mouthwash, teeth whitening strips, "
@@ -32,58 +35,70 @@ CATEGORIES: dict[str, tuple[float, list[str], dict[str, str]]] = {
         "Shave & Hair Removal": "razor, shaving cream, beard oil, hair trimmer, wax strips",
     }),
     "electronics": (0.23, ["Electronics", "Cell Phones & Accessories"], {
-        "Headphones & Audio": "wireless earbuds, over ear headphones, gaming headset, "
+        "Headphones & Audio": "earbud tips, headphone stand, wireless earbuds, over ear "
+                              "headphones, gaming headset, "
                               "bluetooth speaker, soundbar",
         "Cables & Power": "hdmi cable, usb c cable, charging cable, ethernet cable, power strip",
-        "Computer Accessories": "laptop stand, wireless mouse, mechanical keyboard, usb hub, "
+        "Computer Accessories": "keyboard wrist rest, laptop cooling pad, laptop stand, wireless "
+                                "mouse, mechanical keyboard, usb hub, "
                                 "external hard drive, flash drive, webcam, monitor arm, "
                                 "laptop sleeve, mouse pad",
         "Phone Accessories": "phone case, screen protector, car phone mount, wireless charger, "
                              "power bank, phone tripod",
         "Television & Video": "tv wall mount, streaming stick, projector screen, "
                               "universal remote, tv antenna",
-        "Camera & Photo": "camera bag, memory card, ring light, action camera, lens filter",
+        "Camera & Photo": "camera strap, lens cleaning kit, camera bag, memory card, ring light, "
+                          "action camera, lens filter",
         "Smart Home": "smart plug, security camera, smart bulb, video doorbell, "
                       "wifi extender",
         "Wearable Technology": "smart watch band, fitness tracker, watch charger, "
                                "vr headset strap",
     }),
     "fashion": (0.20, ["Clothing, Shoes & Jewelry"], {
-        "Women's Clothing": "women's dresses, women's blouses, women's leggings, women's jeans, "
+        "Women's Clothing": "women's shorts, women's sweaters, women's dresses, women's blouses, "
+                            "women's leggings, women's jeans, "
                             "women's cardigans, women's swimsuits, women's pajamas",
         "Women's Shoes": "women's sneakers, women's sandals, women's boots, women's flats",
-        "Men's Clothing": "men's t-shirts, men's dress shirts, men's shorts, men's jeans, "
+        "Men's Clothing": "men's swim trunks, men's t-shirts, men's dress shirts, men's shorts, "
+                          "men's jeans, "
                           "men's hoodies, men's jackets, men's polo shirts, men's sweatpants",
         "Men's Shoes": "men's sneakers, men's sandals, men's boots, men's loafers",
-        "Accessories": "baseball caps, beanies, sunglasses, leather belts, wallets, backpacks, "
+        "Accessories": "bucket hats, gloves, baseball caps, beanies, sunglasses, leather belts, "
+                       "wallets, backpacks, "
                        "tote bags, scarves, crew socks",
-        "Jewelry": "necklaces, earrings, bracelets, rings, wrist watches",
+        "Jewelry": "anklets, brooches, necklaces, earrings, bracelets, rings, wrist watches",
         "Kids & Baby": "boys' t-shirts, girls' dresses, baby onesies, kids' sneakers",
     }),
     "garden": (0.21, ["Home & Kitchen", "Patio, Lawn & Garden", "Tools & Home Improvement"], {
         "Furniture": "console tables, coffee tables, bookshelves, office chairs, bar stools, "
                      "tv stands, nightstands, dining chairs, shoe racks",
-        "Home Decor": "throw pillows, wall art, area rugs, curtains, table lamps, wall clocks, "
+        "Home Decor": "vases, doormats, throw pillows, wall art, area rugs, curtains, table lamps,"
+                      " wall clocks, "
                       "artificial plants, picture frames, scented candles",
         "Bedding": "bed sheets, comforter sets, throw blankets, mattress toppers, bed pillows",
-        "Kitchen & Dining": "cookware sets, knife sets, cutting boards, food storage containers, "
+        "Kitchen & Dining": "dish racks, tea kettles, cookware sets, knife sets, cutting boards, "
+                            "food storage containers, "
                             "coffee makers, water bottles, mixing bowls",
         "Lighting": "pendant lights, ceiling fans, floor lamps, string lights",
-        "Outdoor & Garden": "garden hoses, planters, bird feeders, patio chairs, solar lights, "
+        "Outdoor & Garden": "garden gloves, wind chimes, garden hoses, planters, bird feeders, "
+                            "patio chairs, solar lights, "
                             "plant stands",
         "Storage & Organization": "storage bins, laundry hampers, closet organizers, "
                                   "drawer dividers",
     }),
     "grocery": (0.12, ["Grocery & Gourmet Food"], {
-        "Snacks": "potato chips, protein bars, granola, trail mix, beef jerky, popcorn, "
+        "Snacks": "rice cakes, pretzels, potato chips, protein bars, granola, trail mix, beef "
+                  "jerky, popcorn, "
                   "crackers",
-        "Beverages": "green tea, coffee beans, ground coffee, sparkling water, energy drinks, "
+        "Beverages": "herbal tea, coconut water, green tea, coffee beans, ground coffee, sparkling"
+                     " water, energy drinks, "
                      "hot cocoa mix",
-        "Pantry Staples": "olive oil, pasta sauce, raw honey, peanut butter, spice blends, "
+        "Pantry Staples": "balsamic vinegar, olive oil, pasta sauce, raw honey, peanut butter, "
+                          "spice blends, "
                           "hot sauce, maple syrup, jasmine rice",
         "Candy & Chocolate": "dark chocolate, gummy candy, breath mints, lollipops",
         "Breakfast Foods": "oatmeal, breakfast cereal, pancake mix",
-        "Baking": "almond flour, cake mix, sprinkles, baking chips",
+        "Baking": "vanilla extract, almond flour, cake mix, sprinkles, baking chips",
     }),
 }
 
@@ -181,6 +196,84 @@ CATEGORY_ATTRIBUTES: dict[str, dict[str, str]] = {
         "for": "healthy snacks, breakfast time, lunch boxes, party snacks, "
                "baking recipes, morning coffee, afternoon tea, post workout, "
                "holiday gifts, road trips, movie night, camping trips",
+    },
+}
+
+#: More category attribute phrases (same roles), merged with :data:`CATEGORY_ATTRIBUTES`.
+EXTRA_CATEGORY_ATTRIBUTES: dict[str, dict[str, str]] = {
+    "beauty": {
+        "adj": "clinically proven, pump dispenser, refillable bottle, quick absorbing, color "
+               "safe, frizz control, volumizing formula, sweat resistant, buildable coverage, "
+               "cordless design, rechargeable design, ionic technology, professional grade, "
+               "gentle exfoliating, soothing formula, brightening formula, firming formula, "
+               "lightweight feel, non greasy, long wearing, highly pigmented, unscented formula",
+        "with": "argan extract, lavender oil, rosehip oil, witch hazel, glycolic acid, squalane "
+                "oil, ceramides blend, biotin complex, zinc oxide, titanium dioxide, bamboo "
+                "charcoal, fluoride formula, sea minerals, oat extract, honey extract, cucumber "
+                "extract, snail mucin, caffeine extract, avocado oil, almond oil",
+        "for": "oily scalp, thinning hair, frizzy hair, puffy eyes, uneven tone, redness relief, "
+               "cracked heels, dry lips, bad breath, plaque removal, ingrown hairs, razor bumps, "
+               "daily cleansing, night routine, bridal makeup, salon styling, beach waves, "
+               "straight hair",
+    },
+    "electronics": {
+        "adj": "lag free, dust proof, ultra thin, foldable frame, hands free, omnidirectional "
+               "sound, true wireless, backlit keys, ergonomic shape, overheat protection, auto "
+               "pairing, multi device, universal fit, anti glare, privacy screen, weatherproof "
+               "housing, heavy gauge, low profile, right angle, shielded design, silent clicks, "
+               "cable free",
+        "with": "dolby atmos, hdr10 support, gps tracking, heart rate sensor, usb a adapter, "
+                "lightning connector, micro sd slot, aux input, optical audio, 1080p camera, "
+                "wide angle lens, two way audio, cloud storage, sd card slot, led ring, rgb "
+                "lighting, qi certification, pd charging, thunderbolt port, dual speakers",
+        "for": "apple watch, ipad air, nintendo switch, xbox controller, ps5 console, android "
+               "phones, chromebook laptops, office meetings, online classes, podcast recording, "
+               "car travel, bedroom tv, baby monitor, pet monitoring, front porch, garage door, "
+               "home gym, long flights",
+    },
+    "fashion": {
+        "adj": "tie dye, color block, v neck, crew neck, mock neck, off shoulder, wide leg, "
+               "straight leg, skinny fit, ankle length, knee length, mid rise, cropped length, "
+               "oversized fit, ribbed knit, cable knit, distressed denim, non slip sole, slip "
+               "resistant, packable design, hypoallergenic metal, tarnish resistant",
+        "with": "soft lining, moisture barrier, sherpa lining, padded collar, pointed toe, block "
+                "heel, chunky sole, ankle strap, toggle closure, hook closure, velcro closure, "
+                "mesh upper, suede upper, canvas upper, leopard print, floral print, plaid "
+                "pattern, cubic zirconia, freshwater pearls, adjustable chain",
+        "for": "winter season, summer season, spring outfits, fall outfits, business casual, "
+               "night out, date night, maternity wear, teen girls, toddler boys, big kids, plus "
+               "size women, tall men, music festivals, golf course, tennis court, travel days, "
+               "holiday parties",
+    },
+    "garden": {
+        "adj": "easy clean surface, scratch proof, tip over protection, wall mounted, free "
+               "standing, cordless operation, dimmable light, motion activated, blackout lining, "
+               "thermal insulated, hypoallergenic fill, deep pocket, wrinkle resistant, fade "
+               "proof, water proof cover, lead free, food grade, freezer safe, microwave safe, "
+               "non toxic, tool free assembly, quiet operation",
+        "with": "tufted design, nailhead trim, marble top, acacia wood, mango wood, rattan "
+                "weave, jute fiber, wool blend, cotton percale, sateen weave, down alternative, "
+                "gel memory foam, soft close drawers, usb charging port, remote dimmer, edison "
+                "bulbs, copper wire, hose reel, brass nozzle, self watering",
+        "for": "small apartments, master bedroom, farmhouse kitchen, home bar, mudroom entry, "
+               "reading nook, laundry room, garage storage, vegetable garden, flower beds, "
+               "balcony garden, backyard parties, pool deck, front yard, holiday decor, wedding "
+               "decor, nursery room, hot sleepers",
+    },
+    "grocery": {
+        "adj": "non irradiated, hand crafted, slow roasted, kettle cooked, stone ground, air "
+               "popped, sprouted grain, wild caught, grass fed, pasture raised, paleo friendly, "
+               "vegan certified, low fat, no sugar added, high fiber, lightly salted, extra "
+               "virgin, single origin, whole bean, fine ground, naturally sweetened, freeze "
+               "dried",
+        "with": "almond butter, cashew pieces, dried cranberries, coconut flakes, sunflower "
+                "seeds, pumpkin seeds, flax seeds, quinoa crisps, monk fruit, stevia extract, "
+                "apple cider vinegar, turmeric root, black pepper, smoked paprika, garlic herb, "
+                "chili lime, maple glaze, sea salt caramel, espresso beans, collagen powder",
+        "for": "keto diet, vegan diet, kids lunches, office pantry, gift baskets, game day, "
+               "picnic lunch, hiking snacks, iced coffee, cold brew, french press, espresso "
+               "machines, smoothie bowls, salad dressing, grilling season, holiday baking, "
+               "midnight snack, school snacks",
     },
 }
 
