@@ -182,3 +182,16 @@ def test_random_and_fuzzed_actions_never_crash(env, plan, goal_index):
         assert all(re.fullmatch(r"click\[.+\]", a) for a in info["admissible_actions"])
         if term:
             break
+
+
+def test_expert_through_wrappers_and_vector_env():
+    vec = gym.vector.SyncVectorEnv([lambda: gym.make("PaW/WebShop-v0", split="test",
+                                                     cache_dir=False) for _ in range(2)])
+    obs, info = vec.reset(options={"goal_index": 5})
+    assert list(info["task_id"]) == ["webshop-test-5", "webshop-test-5"]
+    for _ in range(15):
+        actions = vec.call("expert_action")
+        obs, reward, terminated, truncated, info = vec.step(list(actions))
+        if terminated.all():
+            break
+    assert terminated.all() and (reward == 10.0).all()

@@ -23,7 +23,7 @@ done           ``Thank you for shopping with us!`` and the purchase summary with
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 from paw_gym.webshop.catalog import PRODUCTS_PER_PAGE, Product
 
@@ -35,8 +35,7 @@ BUY_NOW = "Buy Now"
 SUB_PAGES = ("Description", "Features", "Reviews")
 
 
-@dataclass(frozen=True)
-class Clickable:
+class Clickable(NamedTuple):
     """What clicking a page element does."""
 
     kind: str
@@ -80,7 +79,8 @@ def results_page(goal_text: str, results: Sequence[Product], page: int) -> Page:
     """Page ``page`` (1-based) of the search ``results``."""
     total = len(results)
     shown = results[(page - 1) * PRODUCTS_PER_PAGE: page * PRODUCTS_PER_PAGE]
-    parts = [*_instruction(goal_text), BACK_TO_SEARCH, f"Page {page} (Total results: {total})"]
+    parts = [_join(_instruction(goal_text)), BACK_TO_SEARCH,
+             f"Page {page} (Total results: {total})"]
     clickables = {BACK_TO_SEARCH.lower(): Clickable("back")}
     if page > 1:
         parts.append(PREV_PAGE)
@@ -89,9 +89,12 @@ def results_page(goal_text: str, results: Sequence[Product], page: int) -> Page:
         parts.append(NEXT_PAGE)
         clickables[NEXT_PAGE.lower()] = Clickable("next")
     for product in shown:
-        parts += [product.asin, product.title, product.price_tag]
+        title = product.title.strip()
+        parts += (product.asin, title, product.price_tag) if title else (product.asin,
+                                                                         product.price_tag)
         clickables[product.asin.lower()] = Clickable("product", product.asin)
-    return Page("results", _join(parts), clickables)
+    # Header strings are stripped by _join; product strings were stripped above.
+    return Page("results", SEP.join(parts), clickables)
 
 
 def item_page(goal_text: str, product: Product) -> Page:
