@@ -29,10 +29,12 @@ def test_save_and_load_round_trip(tmp_path):
 
 
 def test_every_field_has_a_docstring():
-    from training.config import _FIELD_DOCS
+    from training.config import field_docs
+    from training.sft import SFTConfig
 
-    missing = [f.name for f in dataclasses.fields(TrainConfig) if not _FIELD_DOCS.get(f.name)]
-    assert not missing
+    for cls in (TrainConfig, SFTConfig):
+        missing = [f.name for f in dataclasses.fields(cls) if not field_docs(cls).get(f.name)]
+        assert not missing, cls
 
 
 @pytest.mark.parametrize("values, message", [

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import types
 import typing
 from dataclasses import dataclass, field
@@ -174,10 +175,6 @@ class TrainConfig:
             raise bad("r_max", "a positive number")
 
 
-def _field_types() -> dict[str, Any]:
-    return typing.get_type_hints(TrainConfig)
-
-
 def _parse_value(name: str, raw: str, kind: Any) -> Any:
     """Turn a CLI string into the field's type (``none`` → None for optional fields)."""
     import yaml
@@ -200,19 +197,20 @@ def _parse_value(name: str, raw: str, kind: Any) -> Any:
     return value
 
 
-def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """One ``--name VALUE`` flag per TrainConfig field (default: not given)."""
+def add_config_flags(parser: argparse.ArgumentParser, cls: type = TrainConfig) -> None:
+    """One ``--name VALUE`` flag per field of ``cls`` (default: not given)."""
     group = parser.add_argument_group("config overrides (win over the YAML file)")
-    for f in dataclasses.fields(TrainConfig):
-        doc = _FIELD_DOCS.get(f.name, "")
+    docs = field_docs(cls)
+    for f in dataclasses.fields(cls):
         group.add_argument(f"--{f.name}", dest=f"cfg_{f.name}", default=None, metavar="VALUE",
-                           help=doc)
+                           help=docs.get(f.name, "").replace("%", "%%"))
 
 
-def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    kinds = _field_types()
+def overrides_from_args(args: argparse.Namespace, cls: type = TrainConfig) -> dict[str, Any]:
+    """The ``--name VALUE`` flags that were given, parsed to their field types."""
+    kinds = typing.get_type_hints(cls)
     out = {}
-    for f in dataclasses.fields(TrainConfig):
+    for f in dataclasses.fields(cls):
         raw = getattr(args, f"cfg_{f.name}", None)
         if raw is not None:
             out[f.name] = _parse_value(f.name, raw, kinds[f.name])
@@ -248,8 +246,9 @@ def save_config(config, path: str | Path) -> None:
                           encoding="utf-8")
 
 
-def _field_docs(cls: type) -> dict[str, str]:
-    """Field docstrings (the string literal after each field), for --help."""
+@functools.lru_cache(maxsize=None)
+def field_docs(cls: type) -> dict[str, str]:
+    """Field docstrings (the string literal after each field), for --help and the docs."""
     import ast
     import inspect
     import textwrap
@@ -262,6 +261,3 @@ def _field_docs(cls: type) -> dict[str, str]:
                 isinstance(getattr(following, "value", None), ast.Constant):
             docs[node.target.id] = str(following.value.value)  # type: ignore[union-attr]
     return docs
-
-
-_FIELD_DOCS = _field_docs(TrainConfig)

@@ -282,6 +282,7 @@ class PaWTrainer:
         path = ckpt.checkpoint_dir(self.config.output_dir, self.step)
         path.mkdir(parents=True, exist_ok=True)
         ckpt.save_model(self.model, path / "model")
+        self.tokenizer.save_pretrained(str(path / "model"))  # the model dir loads on its own
         ckpt.save_optimizer(self.optimizer, path / "optimizer")
         if self.critic is not None:
             from safetensors.torch import save_file

@@ -1,0 +1,40 @@
+"""``paw-gym train``: PaW / vanilla RL training from a YAML config with flag overrides."""
+
+from __future__ import annotations
+
+
+def add_parser(subparsers) -> None:
+    from training.config import add_config_flags
+
+    parser = subparsers.add_parser(
+        "train", help="train a policy with GRPO/GiGPO/RLOO/PPO (+ PaW world-model co-training)",
+        description="Every TrainConfig field is a flag: paw-gym train --config configs/x.yaml "
+                    "--algo gigpo --paw true ...")
+    parser.add_argument("--config", default=None, help="YAML file of TrainConfig fields")
+    parser.add_argument("--resume", nargs="?", const="latest", default=None, metavar="CKPT",
+                        help="continue from a checkpoint directory (no value: the latest one "
+                             "in output_dir)")
+    add_config_flags(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from training.cli import UserError
+    from training.config import load_config, overrides_from_args
+
+    try:
+        config = load_config(args.config, overrides_from_args(args))
+    except (ValueError, FileNotFoundError) as error:
+        raise UserError(str(error)) from error
+    from training.trainer import PaWTrainer
+
+    resume = True if args.resume == "latest" else args.resume
+    try:
+        history = PaWTrainer(config).train(resume=resume)
+    except FileNotFoundError as error:
+        raise UserError(str(error)) from error
+    if history:
+        last = history[-1]
+        print(f"step {last['step']}: reward {last['reward']:.3f}, success {last['success']:.3f}; "
+              f"metrics and curves in {config.output_dir}")
+    return 0

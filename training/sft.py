@@ -1,0 +1,175 @@
+"""SFT warm start: supervised fine-tuning on expert transitions from a ``WMReplay``.
+
+Each record ``(h, a)`` becomes the chat prompt of ``h`` (exactly as ``HFPolicy`` encodes it)
+followed by the tokens of ``a`` and the end-of-turn token; the loss is the mean cross-entropy
+of the action tokens only (the prompt is context, never a target). This gives a tiny model a
+working policy to start RL from, as instruction tuning gives a hub model.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from training.batch import Sample, collate, serialize
+from training.objective import gather_logprobs
+
+
+@dataclass
+class SFTConfig:
+    """Supervised warm start on recorded expert transitions."""
+
+    model: str = "runs/tiny-model"
+    """Hub name or directory of the model to fine-tune."""
+    replay: str = "runs/expert-demos"
+    """WMReplay directory with the expert transitions (RecordTransitions output)."""
+    output_dir: str = "runs/sft"
+    """Where the fine-tuned model (or adapter) is saved."""
+    successful_only: bool = True
+    """Train only on episodes that were won."""
+    epochs: int = 3
+    """Passes over the transitions."""
+    lr: float = 1e-3
+    """AdamW learning rate (a tiny random model needs a large one; use ~1e-5 for a hub model)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    token_budget: int = 8192
+    """Padded tokens per optimizer step."""
+    max_seq_len: int = 2048
+    """Longest prompt + action row (the prompt is cut from the left)."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm."""
+    lora: bool = False
+    """Train a LoRA adapter instead of all weights."""
+    lora_r: int = 16
+    """LoRA rank."""
+    lora_alpha: int = 32
+    """LoRA scaling numerator."""
+    lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj",
+                                                                    "o_proj", "gate_proj",
+                                                                    "up_proj", "down_proj"])
+    """Module names that get adapters."""
+    seed: int = 0
+    """Shuffling and initialisation seed."""
+    device: str | None = None
+    """cpu, cuda ... (None: CUDA when available)."""
+    progress: bool = True
+    """Show a progress bar."""
+
+
+def load_examples(policy, replay_dir: str | Path, successful_only: bool, max_seq_len: int
+                  ) -> list[Sample]:
+    """Prompt + action rows from a replay (records without an action are reported, skipped)."""
+    from wrappers import WMReplay
+
+    replay = WMReplay.load(replay_dir)
+    if successful_only:
+        replay = replay.filter(success=True)
+    if not len(replay):
+        raise ValueError(f"no {'successful ' if successful_only else ''}transitions in replay "
+                         f"{str(replay_dir)!r}")
+    eos = policy.eos_ids[0]
+    samples = []
+    for record in replay:
+        action = str(record.get("a") or "")
+        if not action:
+            continue
+        prompt_ids, _ = policy.encode_prompt(str(record["h"]), max_new_tokens=1)
+        action_ids = policy.tokenizer(action, add_special_tokens=False)["input_ids"] + [eos]
+        ids, p, a, _ = serialize(prompt_ids, action_ids, [], max_seq_len)
+        samples.append(Sample(ids, p, a, 0, old_logprobs=[0.0] * a))
+    return samples
+
+
+def run_sft(config: SFTConfig) -> tuple[Path, list[dict[str, Any]]]:
+    """Fine-tune and save to ``config.output_dir``; returns the path and per-epoch metrics."""
+    from tqdm.auto import tqdm
+
+    from agents.hf_policy import HFPolicy
+
+    random.seed(config.seed)
+    torch.manual_seed(config.seed)
+    policy = HFPolicy(config.model, device=config.device, dtype="auto", seed=config.seed)
+    if config.lora:
+        from peft import LoraConfig, get_peft_model
+
+        policy.model = get_peft_model(policy.model, LoraConfig(
+            r=config.lora_r, lora_alpha=config.lora_alpha,
+            target_modules=list(config.lora_target_modules), task_type="CAUSAL_LM"))
+    model = policy.model.eval()  # no dropout: the tiny models have none, hub models keep parity
+    samples = load_examples(policy, config.replay, config.successful_only, config.max_seq_len)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    device = next(model.parameters()).device
+    order_rng = random.Random(config.seed)
+    history = []
+    total = config.epochs * len(samples)
+    bar = tqdm(total=total, desc="SFT", unit="row", disable=not config.progress)
+    for epoch in range(config.epochs):
+        order = list(range(len(samples)))
+        order_rng.shuffle(order)
+        loss_sum, tokens, confident = 0.0, 0, 0
+        for batch_rows in _budget_chunks(order, samples, config.token_budget):
+            mb = collate(samples, batch_rows, policy.pad_id, device)
+            logprobs, _ = gather_logprobs(model, mb, score_obs=False)
+            n_tokens = int(mb.action_mask.sum())
+            loss = -(logprobs * mb.action_mask).sum() / max(1, n_tokens)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+            optimizer.step()
+            loss_sum += float(loss) * n_tokens
+            tokens += n_tokens
+            confident += int(((logprobs > -0.6931) & mb.action_mask).sum())  # p > 0.5
+            bar.update(len(batch_rows))
+        history.append({"epoch": epoch + 1, "loss": loss_sum / max(1, tokens),
+                        "frac_p_over_half": confident / max(1, tokens)})
+        bar.set_postfix(loss=f"{history[-1]['loss']:.3f}")
+    bar.close()
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out), safe_serialization=True)
+    policy.tokenizer.save_pretrained(str(out))
+    return out, history
+
+
+def _budget_chunks(order: list[int], samples: list[Sample], budget: int) -> list[list[int]]:
+    """Consecutive shuffled rows grouped so that rows × longest ≤ ``budget``."""
+    chunks, current, widest = [], [], 0
+    for i in order:
+        width = max(widest, len(samples[i]))
+        if current and (len(current) + 1) * width > budget:
+            chunks.append(current)
+            current, width = [], len(samples[i])
+        current.append(i)
+        widest = width
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def record_expert_demos(env_id: str, episodes: int, out_dir: str | Path, *, seed: int = 0,
+                        max_steps: int | None = None, progress: bool = False,
+                        **env_settings: Any) -> Path:
+    """Play ``episodes`` expert episodes on ``env_id`` through ``RecordTransitions`` into a
+    WMReplay at ``out_dir`` (task seeds ``seed .. seed + episodes − 1``)."""
+    from agents.baselines import ExpertAgent
+    from agents.envs import make_agent_env
+    from agents.rollout import rollout
+    from wrappers import RecordTransitions, WMReplay
+
+    out = Path(out_dir)
+    replay = WMReplay(out)
+    try:
+        rollout(ExpertAgent(), lambda: RecordTransitions(make_agent_env(env_id, **env_settings),
+                                                         replay),
+                episodes, 1, seed=seed, task_seeds=list(range(seed, seed + episodes)),
+                max_steps=max_steps, progress=progress)
+    finally:
+        replay.close()
+    return out
+
