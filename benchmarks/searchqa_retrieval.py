@@ -58,24 +58,27 @@ def ms(seconds: float) -> str:
 
 
 def corpus(size: int):
+    """Passages, 1,280 question queries and 300 entity-name queries (what the oracle sends)."""
     kb = build_kb(KBConfig(seed=0, scale=size / PASSAGES_AT_SCALE_1))
-    questions = [q.question for q in kb.questions("all")]
+    examples = kb.questions("all")
     rng = np.random.default_rng(0)
-    picked = [questions[i] for i in rng.choice(len(questions), 64 * 20, replace=False)]
-    return kb.documents, picked
+    picked = [examples[i] for i in rng.choice(len(examples), 64 * 20, replace=False)]
+    return kb.documents, [q.question for q in picked], [q.plan[0][0] for q in picked[:300]]
 
 
-def bench_bm25(documents, queries, report):
+def bench_bm25(documents, queries, names, report):
     retriever, build = timed(BM25Retriever, documents)
     retriever.search(queries[:64], 3)  # warm-up
-    single = latencies(lambda q: retriever.search(q, 3), [[q] for q in queries[:300]])
-    batch = latencies(lambda q: retriever.search(q, 3), [queries[i:i + 64] for i in range(0, 64 * 20, 64)])
-    report.update(bm25_build_s=build, bm25_p50_ms=1e3 * statistics.median(single),
-                  bm25_p90_ms=1e3 * float(np.percentile(single, 90)),
-                  bm25_batch64_ms=1e3 * statistics.median(batch))
-    print(f"  BM25  build {build:.2f} s | batch 1: p50 {ms(statistics.median(single))}, "
-          f"p90 {ms(np.percentile(single, 90))} | batch 64: {ms(statistics.median(batch))} "
-          f"({ms(statistics.median(batch) / 64)} per query)")
+    report["bm25_build_s"] = build
+    print(f"  BM25  build {build:.2f} s")
+    for kind, texts in (("question", queries), ("name", names)):
+        single = latencies(lambda q: retriever.search(q, 3), [[q] for q in texts[:300]])
+        batch = latencies(lambda q: retriever.search(q, 3), [texts[i:i + 64] for i in range(0, len(texts) - 63, 64)])
+        report.update({f"bm25_{kind}_p50_ms": 1e3 * statistics.median(single),
+                       f"bm25_{kind}_p90_ms": 1e3 * float(np.percentile(single, 90)),
+                       f"bm25_{kind}_batch64_ms": 1e3 * statistics.median(batch)})
+        print(f"  BM25  {kind} queries: batch 1 p50 {ms(statistics.median(single))}, "
+              f"p90 {ms(np.percentile(single, 90))} | batch 64: {ms(statistics.median(batch))}")
     return retriever
 
 
@@ -93,7 +96,7 @@ def bench_server(retriever, queries, report):
 
 
 def dense_vectors(encoder, documents, embed_limit: int) -> tuple[np.ndarray, int]:
-    """Corpus vectors: real embeddings of the first ``embed_limit`` passages, then noisy copies."""
+    """Corpus vectors: real embeddings of the first ``embed_limit`` passages, then blends of them."""
     sample = documents if embed_limit <= 0 else documents[:embed_limit]
     vectors, embed_s = timed(encoder.embed, [d.contents for d in sample])
     print(f"  dense embedding: {len(sample) / embed_s:,.1f} passages/s "
@@ -137,8 +140,19 @@ def bench_dense(documents, queries, report, embed_limit: int, hnsw_m: int, ef_se
     retriever.index_type = "flat"
     retriever.index, build = timed(retriever.build_index, vectors)
     exact, batch, single = measure("flat")
-    print(f"  faiss flat build {build:.2f} s | batch 64: {ms(batch)} | batch 1 p50: {ms(single)}"
+    print(f"  flat  build {build:.2f} s | batch 64: {ms(batch)} | batch 1 p50: {ms(single)}"
           "  (+ query embedding)")
+    # A/B of the two flat search paths, alternated batch by batch (same results, see tests).
+    times: dict[str, list[float]] = {"numpy": [], "faiss": []}
+    for vectors_64 in query_vectors:
+        for backend in times:
+            retriever.flat_search = backend
+            times[backend].append(timed(retriever.search_vectors, vectors_64, 3)[1])
+    retriever.flat_search = "numpy"
+    faiss_ms, numpy_ms = (1e3 * statistics.median(times[b]) for b in ("faiss", "numpy"))
+    report.update(flat_faiss_batch64_ms=faiss_ms, flat_numpy_batch64_ms=numpy_ms)
+    print(f"  flat batch 64, A/B: faiss.IndexFlatIP.search {faiss_ms:.1f} ms vs numpy chunked "
+          f"matmul {numpy_ms:.1f} ms ({faiss_ms / numpy_ms:.1f}x)")
     retriever.index_type, retriever.hnsw_m = "hnsw", hnsw_m
     retriever.index, build = timed(retriever.build_index, vectors)
     report["hnsw_build_s"] = build
@@ -173,11 +187,11 @@ def main() -> None:
         torch.set_num_threads(args.threads)  # reproducible figures on a shared machine
     results = {}
     for size in args.sizes:
-        documents, queries = corpus(size)
+        documents, queries, names = corpus(size)
         print(f"\n{len(documents):,} passages ({args.threads} thread(s), load average "
               f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs); queries: embedded questions")
         report: dict = {"passages": len(documents)}
-        retriever = bench_bm25(documents, queries, report)
+        retriever = bench_bm25(documents, queries, names, report)
         bench_server(retriever, queries, report)
         if not args.skip_dense:
             bench_dense(documents, queries, report, args.embed_limit, args.hnsw_m, args.ef_search)

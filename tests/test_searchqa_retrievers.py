@@ -95,8 +95,11 @@ def test_dense_hnsw_agrees_with_flat_and_indexes_round_trip(tmp_path, dense, doc
         retriever.save(tmp_path / name)
         manifest = json.loads((tmp_path / name / MANIFEST_NAME).read_text())
         assert (manifest["kind"], manifest["index_type"], manifest["num_documents"]) == ("dense", name, SMALL)
-        loaded = load_retriever(tmp_path / name, documents)
+        loaded = load_retriever(tmp_path / name, documents, index_type="flat")  # the file decides
+        assert loaded.index_type == name
         assert [[h.document.id for h in row] for row in loaded.search(queries, 3)] == flat_ids
+    with pytest.raises(ValueError, match="was built with model"):
+        load_retriever(tmp_path / "flat", documents, model="intfloat/e5-base-v2")
     wrapped = DenseRetriever.from_faiss_file(tmp_path / "flat" / "faiss.index", documents,
                                              model="all-MiniLM-L6-v2")
     assert wrapped.search(queries, 3) == dense.search(queries, 3)
@@ -134,3 +137,32 @@ def test_bm25_top_indices_breaks_ties_by_index_and_pads_with_unmatched():
     retriever = BM25Retriever([Document(str(i), f'"T{i}"\nword{i} common') for i in range(5)])
     assert [h.document.id for h in retriever.search(["word3"], 3)[0]] == ["3", "0", "1"]
     assert [h.document.id for h in retriever.search(["the of"], 2)[0]] == ["0", "1"]  # stopwords only
+
+
+def test_flat_topk_matches_faiss_and_breaks_ties_by_id():
+    import faiss
+    import numpy as np
+
+    from paw_gym.searchqa.dense import flat_topk
+
+    rng = np.random.default_rng(1)
+    base = rng.normal(size=(1000, 16)).astype(np.float32)
+    base /= np.linalg.norm(base, axis=1, keepdims=True)  # unit vectors: each is its own best match
+    queries = rng.normal(size=(7, 16)).astype(np.float32)
+    index = faiss.IndexFlatIP(16)
+    index.add(base)
+    expected_scores, expected_ids = index.search(queries, 5)
+    scores, ids = flat_topk(queries, base, 5, chunk=128)  # several chunks
+    assert (ids == expected_ids).all() and np.allclose(scores, expected_scores, atol=1e-5)
+    base[7] = base[3]
+    assert flat_topk(base[7:8], base, 2, chunk=5)[1].tolist() == [[3, 7]]
+
+
+def test_dense_flat_numpy_and_faiss_paths_agree(dense, documents):
+    queries = dense.embed(names(documents)[:8])
+    dense.flat_search = "faiss"
+    via_faiss = dense.search_vectors(queries, 3)
+    dense.flat_search = "numpy"
+    via_numpy = dense.search_vectors(queries, 3)
+    assert [[h.document.id for h in row] for row in via_numpy] == [[h.document.id for h in row] for row in via_faiss]
+    assert [h.score for row in via_numpy for h in row] == pytest.approx([h.score for row in via_faiss for h in row], abs=1e-5)

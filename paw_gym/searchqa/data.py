@@ -79,9 +79,9 @@ class DataFormatError(ValueError):
 
 def dataset_name_from_path(path: str | Path) -> str:
     """Guess the dataset name from a file name (``nq_test.jsonl`` -> ``nq``), else the stem."""
-    stem = Path(path).name.lower()
+    file_name = Path(path).name.lower()
     for name in KNOWN_DATASETS:
-        if stem.startswith(name) or f"_{name}" in stem or f"-{name}" in stem or f"/{name}" in stem:
+        if file_name.startswith(name) or f"_{name}" in file_name or f"-{name}" in file_name:
             return name
     return Path(path).stem.split(".")[0]
 
