@@ -195,3 +195,12 @@ def test_expert_through_wrappers_and_vector_env():
         if terminated.all():
             break
     assert terminated.all() and (reward == 10.0).all()
+
+
+def test_default_make_has_all_three_splits():
+    """The default embedded 1k catalog yields enough goals (like WebShop's real 1k: 6,910)."""
+    made = gym.make("PaW/WebShop-v0", cache_dir=False)
+    obs, info = made.reset(seed=0)
+    assert info["task_id"].startswith("webshop-train-")
+    assert len(made.unwrapped.goals) >= 1500
+    assert len(WebShopEnv(split="dev", cache_dir=False).goals) == 1000

@@ -120,6 +120,8 @@ class _Generator:
         self.categories = list(vocab.CATEGORIES)
         self.shares = [vocab.CATEGORIES[c][0] for c in self.categories]
         self.asins: set[str] = set()
+        self.products_made = 0
+        self.products_with_options = 0
 
     def asin(self) -> str:
         while True:
@@ -148,17 +150,22 @@ class _Generator:
         core, spare = chosen[:2], chosen[2:]
         level = min(900.0, MEDIAN_PRICE * math.exp(rng.gauss(0.0, 0.9)))
         options: dict[str, list[str]] = {}
-        if rng.random() < OPTION_SHARE:
+        # Error diffusion instead of a coin per family keeps the share of products with
+        # options at OPTION_SHARE even in a 1k catalog of only ~70 families.
+        self.products_made += size
+        if self.products_with_options < OPTION_SHARE * self.products_made:
+            self.products_with_options += size
             groups = vocab.CATEGORY_OPTION_GROUPS[category]
-            for group in rng.sample(groups, rng.choice((1, 1, 2))):
+            for group in rng.sample(groups, min(len(groups), rng.choice((1, 2, 2, 2, 3)))):
                 values = _option_values(category, group)
-                options[group] = rng.sample(values, min(len(values), rng.randint(3, 6)))
+                options[group] = rng.sample(values, min(len(values), rng.randint(3, 7)))
         brands = [self.brand() for _ in range(3)]
         products = []
         n_targets = max(1, round(TARGET_SHARE * size))
         for m in range(size):
             own = [spare[2 * m]] + ([spare[2 * m + 1]] if rng.random() < 0.5 else [])
-            member_options = {g: sorted(rng.sample(v, rng.randint(2, len(v))), key=v.index)
+            member_options = {g: sorted(rng.sample(v, rng.randint(max(2, len(v) - 2), len(v))),
+                                         key=v.index)
                               for g, v in options.items()}
             products.append(self.product(info, rng.choice(brands), core + own, own,
                                          member_options, self.price(level), m < n_targets))
