@@ -91,6 +91,7 @@ def test_fast_engine_matches_upstream_engine_text_and_commands():
             assert valid == (command != "fly to the moon")
             assert engine.won == state["won"]
         assert engine.won
+    assert engine._logics, "stock ALFWorld grammars should share one parsed grammar"
     engine.close()
 
 

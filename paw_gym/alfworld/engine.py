@@ -66,6 +66,27 @@ def read_game(path: str | Path) -> dict:
     return data
 
 
+_GOAL_PLACEHOLDER = "UNKNOWN GOAL"
+_TASK_PREFIX = "Your task is to: "
+#: Characters that would make a task sentence a grammar expression rather than plain text.
+_GRAMMAR_SYNTAX = re.compile(r'[#{}\[\]|"\\]')
+
+
+@lru_cache(maxsize=None)
+def _grammar_template() -> str:
+    import alfworld
+
+    return (Path(alfworld.__file__).parent / "data" / "alfred.twl2").read_text()
+
+
+def _task_sentence_of(grammar: str) -> str | None:
+    """The plain task sentence filled into an ALFWorld grammar, or None."""
+    match = re.search(re.escape(_TASK_PREFIX) + r'(.*?)\."', grammar)
+    if match is None or _GRAMMAR_SYNTAX.search(match.group(1)):
+        return None
+    return match.group(1)
+
+
 #: Planner library copies no longer used by a closed engine. Each engine needs its own copy
 #: (the library keeps one global task), and unloading a copy (``dlclose``) makes the next
 #: ``load_lib`` crash, so closed engines hand their copy to the next engine instead.
@@ -182,16 +203,27 @@ class ALFWorldEngine:
         self._games.pop(str(path), None)
 
     def _logic(self, domain: str, grammar: str):
-        from textworld.envs.pddl.logic import GameLogic
+        """The parsed domain + grammar. ALFWorld grammars differ only by the task sentence,
+        so the grammar is parsed once per domain and only the ``task`` rule is swapped in."""
+        import copy as copying
 
-        key = domain + "\0" + grammar
-        if key not in self._logics:
-            self._logics[key] = GameLogic(domain=domain, grammar=grammar)
-            while len(self._logics) > self.cache_size:
+        from textworld.envs.pddl.logic import GameLogic
+        from textworld.envs.pddl.textgen import ContextSensitiveGrammar
+
+        sentence = _task_sentence_of(grammar)
+        if sentence is None or _grammar_template().replace(_GOAL_PLACEHOLDER, sentence) != grammar:
+            return GameLogic(domain=domain, grammar=grammar)  # not the stock grammar
+        if domain not in self._logics:
+            self._logics[domain] = GameLogic(domain=domain, grammar=_grammar_template())
+            while len(self._logics) > 4:
                 self._logics.popitem(last=False)
-        else:
-            self._logics.move_to_end(key)
-        return self._logics[key]
+        base = self._logics[domain]
+        logic = copying.copy(base)
+        logic.grammar = ContextSensitiveGrammar()
+        logic.grammar._rules = copying.copy(base.grammar._rules)
+        task_rule = json.dumps({"task": [{"rhs": f"{_TASK_PREFIX}{sentence}."}]})
+        logic.grammar._rules["task"] = ContextSensitiveGrammar.parse(task_rule)._rules["task"]
+        return logic
 
     def _load(self, path: str, data: dict) -> LoadedGame:
         logic = self._logic(data["pddl_domain"], data["grammar"])
