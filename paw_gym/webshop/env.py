@@ -22,7 +22,7 @@ import os
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -47,7 +47,7 @@ def parse_action(action: str) -> tuple[str, str] | None:
 
 @lru_cache(maxsize=4)
 def load_world(data_dir: str | None, num_products: int | None, catalog_seed: int,
-               goal_source: str, cache_dir: str | None) -> tuple[Catalog, list[Goal],
+               goal_source: str, cache_dir: str | None) -> tuple[Catalog, Sequence[Goal],
                                                                  dict[str, float]]:
     """Catalog, goals (fixed order) and prices; shared by every env of the process."""
     # Loading creates millions of small objects and no reference cycles: the cyclic garbage
@@ -62,7 +62,7 @@ def load_world(data_dir: str | None, num_products: int | None, catalog_seed: int
 
 
 def _load_world(data_dir: str | None, num_products: int | None, catalog_seed: int,
-                goal_source: str, cache_dir: str | None) -> tuple[Catalog, list[Goal],
+                goal_source: str, cache_dir: str | None) -> tuple[Catalog, Sequence[Goal],
                                                                   dict[str, float]]:
     if data_dir is not None:
         products, source = load_official_products(data_dir, num_products)
@@ -118,8 +118,12 @@ class WebShopEnv(TextEnv):
             str(resolved) if resolved else None, num_products, catalog_seed, goal_source, cache)
         self.split = split
         self.goals = split_goals(all_goals, split)
-        weights = np.array([g.weight for g in self.goals] if goal_sampling == "weighted"
-                           else [1.0] * len(self.goals))
+        if goal_sampling == "uniform":
+            weights = np.ones(len(self.goals))
+        elif hasattr(self.goals, "weights"):
+            weights = self.goals.weights()
+        else:
+            weights = np.array([g.weight for g in self.goals])
         self._cum_weights = np.cumsum(weights) / weights.sum()
         self.data_source = self.catalog.source
         self.goal_index = 0

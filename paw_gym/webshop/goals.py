@@ -18,11 +18,14 @@ prices and splits are identical in every process, worker and episode seed.
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 from collections import defaultdict
-from typing import Sequence
+from collections.abc import Sequence as SequenceABC
+from dataclasses import replace
+from typing import NamedTuple, Sequence
+
+import numpy as np
 
 from paw_gym.webshop.catalog import Product
 from paw_gym.webshop.reward import Goal
@@ -53,8 +56,82 @@ def price_bound(price: float, rng: random.Random) -> tuple[float, str]:
     return upper, f", and price lower than {upper:.2f} dollars"
 
 
+class _Template(NamedTuple):
+    """One product's goals: a base goal plus the option lists whose combinations it spans."""
+
+    base: Goal
+    option_values: tuple[list[str], ...]
+    price_text: str
+
+
+class GoalTable(SequenceABC):
+    """Goals in their fixed shuffled order, built on access (a 100k catalog has ~400k goals).
+
+    Behaves like a read-only list of :class:`Goal`; slicing gives another table.
+    """
+
+    def __init__(self, templates: list[_Template], order: np.ndarray):
+        self._templates = templates
+        counts = np.array([math.prod(len(v) for v in t.option_values) for t in templates],
+                          dtype=np.int64)
+        self._starts = np.concatenate([[0], np.cumsum(counts)])
+        self._order = order
+
+    @classmethod
+    def shuffled(cls, templates: list[_Template], seed: int) -> "GoalTable":
+        """All goals of ``templates`` in the order ``random.Random(seed).shuffle`` gives.
+
+        Shuffling goal numbers gives exactly the permutation WebShop's ``random.seed(233);
+        random.shuffle(goals)`` applies to its goal list.
+        """
+        table = cls(templates, np.zeros(0, dtype=np.int64))
+        order = list(range(int(table._starts[-1])))
+        random.Random(seed).shuffle(order)
+        table._order = np.asarray(order, dtype=np.int64)
+        return table
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            sliced = GoalTable.__new__(GoalTable)
+            sliced._templates, sliced._starts = self._templates, self._starts
+            sliced._order = self._order[index]
+            return sliced
+        return self._goal(int(self._order[index]))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SequenceABC) or len(other) != len(self):
+            return False
+        return all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # mutable-looking sequence semantics, like list
+
+    def weights(self) -> np.ndarray:
+        """Sampling weight of every goal, in order."""
+        per_template = np.array([t.base.weight for t in self._templates], dtype=np.float64)
+        return per_template[np.searchsorted(self._starts, self._order, side="right") - 1]
+
+    def _goal(self, number: int) -> Goal:
+        t = int(np.searchsorted(self._starts, number, side="right")) - 1
+        template = self._templates[t]
+        if not template.option_values:
+            return template.base
+        rest, combo = number - int(self._starts[t]), []
+        for values in reversed(template.option_values):  # the last group varies fastest
+            rest, i = divmod(rest, len(values))
+            combo.append(values[i])
+        combo.reverse()
+        base = template.base
+        option_text = ", and ".join(f"{n}: {v}" for n, v in zip(base.option_names, combo))
+        return replace(base, goal_options=tuple(combo),
+                       instruction_text=f"{base.instruction_text} with {option_text}"
+                                        f"{template.price_text}")
+
+
 def synthetic_goals(products: Sequence[Product], prices: dict[str, float],
-                    rng: random.Random) -> list[Goal]:
+                    rng: random.Random) -> list[_Template]:
     targets = [p for p in products if p.instruction and p.instruction_attributes]
     # A goal's weight is the mean of 1 / (goals naming the attribute) over its attributes;
     # every option combination of a product is one goal naming the same attributes.
@@ -63,23 +140,23 @@ def synthetic_goals(products: Sequence[Product], prices: dict[str, float],
         n_combinations = math.prod(len(v) for v in p.options.values())
         for a in p.instruction_attributes:
             counts[a] += n_combinations
-    goals: list[Goal] = []
+    templates: list[_Template] = []
     for p in targets:
         upper, price_text = price_bound(prices[p.asin], rng)
         attributes = tuple(p.instruction_attributes)
         weight = sum(1.0 / counts[a] for a in attributes) / len(attributes)
         names = tuple(sorted(p.options))
-        for combo in itertools.product(*(p.options[n] for n in names)):
-            option_text = ", and ".join(f"{n}: {v}" for n, v in zip(names, combo))
-            option_text = f" with {option_text}" if option_text else ""
-            goals.append(Goal(p.asin, f"{p.instruction}{option_text}{price_text}", p.query,
-                              p.category, p.product_category, p.title, attributes, combo,
-                              names, upper, weight))
-    return goals
+        values = tuple(p.options[n] for n in names)
+        # With options, the option clause goes between instruction and price text.
+        text = p.instruction if names else f"{p.instruction}{price_text}"
+        base = Goal(p.asin, text, p.query, p.category, p.product_category, p.title,
+                    attributes, (), names, upper, weight)
+        templates.append(_Template(base, values, price_text))
+    return templates
 
 
 def human_goals(products: Sequence[Product], prices: dict[str, float],
-                rng: random.Random) -> list[Goal]:
+                rng: random.Random) -> list[_Template]:
     goals = []
     for p in products:
         for ins in p.human_instructions:
@@ -97,30 +174,30 @@ def human_goals(products: Sequence[Product], prices: dict[str, float],
                               product_category=p.product_category, name=p.title,
                               attributes=tuple(attributes), goal_options=values,
                               option_names=names, price_upper=upper, weight=1.0))
-    return goals
+    return [_Template(goal, (), "") for goal in goals]
 
 
 def build_goals(products: Sequence[Product], source: str = "synthetic",
-                seed: int = GOAL_SHUFFLE_SEED) -> tuple[list[Goal], dict[str, float]]:
+                seed: int = GOAL_SHUFFLE_SEED) -> tuple[GoalTable, dict[str, float]]:
     """All goals in their fixed shuffled order, and the product prices they were built on."""
     if source not in GOAL_SOURCES:
         raise ValueError(f"goal source {source!r} is not one of {GOAL_SOURCES}")
     rng = random.Random(seed)
     prices = sample_prices(products, rng)
-    goals = (synthetic_goals if source == "synthetic" else human_goals)(products, prices, rng)
-    random.Random(seed).shuffle(goals)
-    return goals, prices
+    templates = (synthetic_goals if source == "synthetic" else human_goals)(products, prices,
+                                                                            rng)
+    return GoalTable.shuffled(templates, seed), prices
 
 
-def split_goals(goals: Sequence[Goal], split: str) -> list[Goal]:
+def split_goals(goals: Sequence[Goal], split: str) -> Sequence[Goal]:
     """The goals of ``split`` ("train", "dev", "test" or "all")."""
     if split == "all":
-        return list(goals)
+        return goals
     if split not in SPLITS:
         raise ValueError(f"split {split!r} is not one of {sorted(SPLITS) + ['all']}")
     start, stop = SPLITS[split]
-    chosen = list(goals[start:stop])
-    if not chosen:
+    chosen = goals[start:stop]
+    if not len(chosen):
         raise ValueError(f"split {split!r} is empty: the catalog has only {len(goals)} goals "
                          f"and {split!r} takes goals {start}..{stop or 'end'}; use a larger "
                          f"catalog or split='all'")
