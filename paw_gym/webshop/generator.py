@@ -158,7 +158,8 @@ class _Generator:
             groups = vocab.CATEGORY_OPTION_GROUPS[category]
             for group in rng.sample(groups, min(len(groups), rng.choice((1, 2, 2, 2, 3)))):
                 values = _option_values(category, group)
-                options[group] = rng.sample(values, min(len(values), rng.randint(3, 7)))
+                options[group] = sorted(rng.sample(values, min(len(values), rng.randint(3, 7))),
+                                        key=values.index)  # shop order: s, m, l
         brands = [self.brand() for _ in range(3)]
         products = []
         n_targets = max(1, round(TARGET_SHARE * size))
