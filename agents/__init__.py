@@ -14,9 +14,10 @@ from agents.hf_policy import DEFAULT_STOP, HFPolicy
 from agents.prompting import ReActAgent, ReflexionAgent, expert_examples
 from agents.rollout import rollout
 from agents.types import PolicyOutput, Trajectory, Transition
+from agents.vllm_policy import VLLMPolicy  # vllm itself is imported only when one is built
 
 __all__ = [
     "Agent", "DEFAULT_STOP", "ExpertAgent", "HFPolicy", "PolicyAgent", "PolicyOutput",
     "RandomAgent", "ReActAgent", "ReflexionAgent", "Sampling", "Trajectory", "Transition",
-    "expert_examples", "make_agent_env", "rollout",
+    "VLLMPolicy", "expert_examples", "make_agent_env", "rollout",
 ]

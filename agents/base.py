@@ -7,6 +7,7 @@ from typing import Any, Protocol, Sequence
 
 import gymnasium as gym
 
+from agents.sampling import DEFAULT_STOP
 from agents.types import PolicyOutput, Trajectory
 
 
@@ -18,7 +19,7 @@ class Sampling:
     """Sampling temperature (paper: 1.0 for rollouts, 0.4 validation, 0.0 for search QA)."""
     max_new_tokens: int = 256
     """Most tokens per response."""
-    stop: tuple[str, ...] | None = ("</action>", "</search>", "</answer>")
+    stop: tuple[str, ...] | None = DEFAULT_STOP
     """Stop strings (kept at the end of the response)."""
 
 

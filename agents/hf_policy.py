@@ -8,11 +8,8 @@ from typing import Any, Sequence
 import torch
 
 from agents.chat import ChatEncoder, check_sampling_args
-from agents.sampling import SamplingBatch, token_statistics
+from agents.sampling import DEFAULT_STOP, SamplingBatch, token_statistics
 from agents.types import PolicyOutput
-
-#: Stop strings of the paper's prompt templates: an action, a search query, an answer.
-DEFAULT_STOP = ("</action>", "</search>", "</answer>")
 
 
 class HFPolicy:
@@ -210,19 +207,28 @@ class HFPolicy:
         else:
             logits = self._prefill_padded(batch.prompt_ids, mask, cache, width)
         positions = (lengths - 1)[:, None]  # position id of each row's last token
-        active = torch.arange(len(lengths), device=self.device)  # batch rows still generating
+        # rows[i]: the batch row that cache row i generates for; None once it has finished.
+        rows: list[int | None] = list(range(len(lengths)))
         for _ in range(batch.max_new_tokens):
             tokens, logprobs, entropies = token_statistics(logits, temperature, generator)
-            finished = batch.append(active.tolist(), tokens.tolist(), logprobs.tolist(),
-                                    entropies.tolist())
-            if all(finished):
+            values = tokens.tolist(), logprobs.tolist(), entropies.tolist()
+            live = [i for i, row in enumerate(rows) if row is not None]
+            finished = batch.append([rows[i] for i in live], *([v[i] for i in live]
+                                                               for v in values))
+            for i, done in zip(live, finished):
+                if done:
+                    rows[i] = None
+            dead = rows.count(None)
+            if dead == len(rows):
                 return
-            if any(finished):
-                keep = torch.tensor([i for i, done in enumerate(finished) if not done],
-                                    device=self.device)
-                cache.batch_select_indices(keep)
-                active, tokens, mask, positions = active[keep], tokens[keep], mask[keep], \
-                    positions[keep]
+            # Dropping finished rows copies the whole cache: do it once a quarter are finished
+            # (until then they keep decoding, and their tokens are ignored).
+            if dead and 4 * dead >= len(rows):
+                keep = [i for i, row in enumerate(rows) if row is not None]
+                index = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(index)
+                tokens, mask, positions = tokens[index], mask[index], positions[index]
+                rows = [rows[i] for i in keep]
             mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
             positions = positions + 1
             logits = self.model(input_ids=tokens[:, None], attention_mask=mask,

@@ -8,6 +8,7 @@ import numpy as np
 
 from agents.base import Agent, Policy, Sampling, as_agent
 from agents.envs import EnvSource, env_factory
+from agents.sampling import DEFAULT_STOP
 from agents.types import PolicyOutput, Trajectory, Transition
 
 
@@ -19,7 +20,7 @@ def rollout(
     *,
     temperature: float = 1.0,
     max_new_tokens: int = 256,
-    stop: Sequence[str] | None = ("</action>", "</search>", "</answer>"),
+    stop: Sequence[str] | None = DEFAULT_STOP,
     seed: int = 0,
     task_seeds: Sequence[int] | None = None,
     task_options: Sequence[Mapping[str, Any] | None] | None = None,

@@ -19,10 +19,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from agents.chat import ChatEncoder, check_sampling_args
-from agents.sampling import cut_at_stop
+from agents.sampling import DEFAULT_STOP, cut_at_stop
 from agents.types import PolicyOutput
-
-DEFAULT_STOP = ("</action>", "</search>", "</answer>")
 
 
 class VLLMPolicy:
@@ -134,24 +132,33 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True)
     parser.add_argument("--prompts", required=True, help="JSON list of prompt strings")
-    parser.add_argument("--out", required=True, help="where to write the outputs (JSON)")
+    parser.add_argument("--out", required=True,
+                        help="where to write {'base': [outputs], 'adapter': [outputs]} (JSON)")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--max-context", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
-    parser.add_argument("--adapter", default=None, help="LoRA adapter directory")
+    parser.add_argument("--adapter", default=None,
+                        help="LoRA adapter directory: sample again with it (key 'adapter')")
     parser.add_argument("--max-lora-rank", type=int, default=None)
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--memory-fraction", type=float, default=0.1,
+                        help="vLLM's gpu_memory_utilization (on the CPU backend: the fraction of "
+                             "RAM reserved for the KV cache)")
     args = parser.parse_args(argv)
     policy = VLLMPolicy(args.model, max_context=args.max_context, dtype=args.dtype,
-                        max_lora_rank=args.max_lora_rank, seed=args.seed)
-    if args.adapter:
-        policy.load_adapter(args.adapter)
+                        max_lora_rank=args.max_lora_rank, seed=args.seed,
+                        gpu_memory_utilization=args.memory_fraction)
     prompts = json.loads(Path(args.prompts).read_text())
-    outputs = policy.act(prompts, temperature=args.temperature,
-                         max_new_tokens=args.max_new_tokens, stop=args.stop, seed=args.seed)
-    Path(args.out).write_text(json.dumps([asdict(o) for o in outputs]))
+    results = {}
+    for name in ("base", "adapter") if args.adapter else ("base",):
+        if name == "adapter":
+            policy.load_adapter(args.adapter)
+        outputs = policy.act(prompts, temperature=args.temperature,
+                             max_new_tokens=args.max_new_tokens, stop=args.stop, seed=args.seed)
+        results[name] = [asdict(o) for o in outputs]
+    Path(args.out).write_text(json.dumps(results))
     return 0
 
 
