@@ -30,8 +30,9 @@ EXTRAS = {
         "accelerate>=1.0",
         "matplotlib>=3.7",
     ],
-    # GPU only: the official vLLM wheel needs CUDA. Not part of [all].
-    "vllm": ["vllm>=0.6"],
+    # GPU only: the official vLLM wheel needs CUDA. Not part of [all]. (VLLMPolicy needs
+    # logprobs_mode="processed_logprobs"; on CPU use `python -m agents.vllm_venv`.)
+    "vllm": ["vllm>=0.11"],
     "parquet": ["pyarrow>=14"],
     "dev": ["pytest>=8", "pytest-timeout>=2.2", "hypothesis>=6.100", "pyarrow>=14", "datasets>=2.19"],
 }
