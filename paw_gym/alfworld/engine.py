@@ -140,6 +140,7 @@ class _Bindings(dict):
         return _Bindings(self)
 
 
+@lru_cache(maxsize=None)
 def _shared_state_class():
     from textworld.envs.pddl.logic import PddlState
 
@@ -168,12 +169,11 @@ class ALFWorldEngine:
     Example:
         >>> engine = ALFWorldEngine()                                  # doctest: +SKIP
         >>> feedback = engine.reset("json_2.1.1/train/.../game.tw-pddl")  # doctest: +SKIP
-        >>> feedback, won, valid = engine.step(engine.admissible_commands[0])  # doctest: +SKIP
+        >>> feedback, valid = engine.step(engine.admissible_commands[0])  # doctest: +SKIP
+        >>> engine.won                                                # doctest: +SKIP
     """
 
     def __init__(self, cache_size: int = 64):
-        import fast_downward
-
         if cache_size < 1:
             raise ValueError(f"cache_size={cache_size} must be at least 1")
         self.cache_size = cache_size
@@ -188,6 +188,11 @@ class ALFWorldEngine:
 
     # -- loading ------------------------------------------------------------------------------
     def load(self, path: str | Path) -> LoadedGame:
+        """The parsed game at ``path`` (from the cache when it is there).
+
+        Parsing a game that is not cached loads its task into the planner library, which ends
+        the game in progress: call :meth:`reset` before stepping again.
+        """
         key = str(path)
         if key in self._games:
             self._games.move_to_end(key)
@@ -239,7 +244,8 @@ class ALFWorldEngine:
         finally:
             fast_downward.pddl2sas = original
         game = LoadedGame(path, data, logic, task, sas, pristine, self._entity_infos(pristine))
-        # The intro only depends on the initial state: derive it once per game.
+        # The intro only depends on the initial state: derive it once per game. The planner
+        # library now holds this game's task, so no game is in progress any more.
         self.game, self.state = game, pristine
         game.intro = self._derive("#intro#", {})
         self.game = self.state = None

@@ -30,6 +30,7 @@ from paw_gym.alfworld.data import (
     resolve_source,
 )
 from paw_gym.alfworld.engine import NOTHING_HAPPENS
+from paw_gym.alfworld.expert import EpisodeExpert
 from paw_gym.alfworld.tasks import TASK_TYPES
 from paw_gym.core import TextEnv
 
@@ -108,8 +109,6 @@ class ALFWorldEnv(TextEnv):
         self.game = self._pick_game(options)
         engine = self.engine
         intro = engine.reset(self.game.game_file)
-        from paw_gym.alfworld.expert import EpisodeExpert
-
         self._expert = EpisodeExpert(self.game.game_file, self._walkthrough(),
                                      int(self.np_random.integers(2**31)), engine.name_facts)
         self._expert.record("", True, intro, engine.admissible_commands, engine.raw_facts(), engine.won)
@@ -163,5 +162,4 @@ class ALFWorldEnv(TextEnv):
         return self.games[int(self.np_random.integers(len(self.games)))]
 
     def _walkthrough(self) -> list[str] | None:
-        data = self.engine.load(self.game.game_file).data
-        return data.get("walkthrough") or None
+        return self.engine.game.data.get("walkthrough") or None
