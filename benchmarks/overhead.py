@@ -1,0 +1,268 @@
+"""PaW overhead (the paper's Fig. 5): the same training step with and without world-model
+co-training, measured in one process, as ratios of step time and peak memory.
+
+Two trainers start from the same weights with ``lr = 0`` (the weights never move, so both see
+exactly the same rollouts at the same step index) and differ only in ``paw``. They alternate
+step by step (A B A B ...); each step is split into
+
+* ``rollout``  - sampling the group episodes (identical work for both),
+* ``forward``  - the training pass (``micro_batch_loss``: backbone + LM head at scored positions),
+* ``backward`` - ``loss.backward()`` + clipping + optimizer step,
+* ``other``    - everything else of the update (advantages, entropy selection, serialising
+  ``h ⊕ a ⊕ o`` rows, collation, metrics).
+
+Peak memory is the largest resident-set growth during the update over the RSS at its start,
+sampled every millisecond (glibc is told to return freed blocks, so A and B start equal), plus
+the process high-water mark. Medians over the repeats.
+
+    python benchmarks/overhead.py            # ~6 min on 2 busy CPU cores
+    python benchmarks/overhead.py --quick    # ~2 min
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# Fixed mmap/trim thresholds: freed tensors go back to the OS, so the RSS peak of one update
+# does not depend on what the previous update left in the heap. Must be set before start-up.
+_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "131072"}
+
+from benchmarks import common as C  # noqa: E402
+
+
+class RSSPeak:
+    """Peak resident set size (MiB) above the level at ``__enter__``, sampled in a thread."""
+
+    def __init__(self, interval: float = 0.001):
+        self.interval = interval
+        self.peak = 0.0
+
+    @staticmethod
+    def rss_mb() -> float:
+        with open("/proc/self/statm") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    def __enter__(self):
+        self.start = self.rss_mb()
+        self.peak = self.start
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.rss_mb())
+            time.sleep(self.interval)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.rss_mb())
+
+    @property
+    def growth(self) -> float:
+        return self.peak - self.start
+
+
+def clocks() -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this thread). With one torch thread every op runs on the
+    calling thread, so its CPU time is what the step costs, whatever else the machine runs."""
+    return time.perf_counter(), time.thread_time()
+
+
+class Span:
+    """Accumulates wall and thread-CPU time over ``with`` blocks."""
+
+    def __init__(self):
+        self.wall = self.cpu = 0.0
+
+    def __enter__(self):
+        self._start = clocks()
+        return self
+
+    def __exit__(self, *exc):
+        wall, cpu = clocks()
+        self.wall += wall - self._start[0]
+        self.cpu += cpu - self._start[1]
+
+
+class PhaseTimer:
+    """Times one trainer's forward passes (``micro_batch_loss``) and its optimisation calls
+    (forward + backward + optimizer step) by wrapping them; the trainer's code is unchanged."""
+
+    forward = Span()  # shared: only one trainer runs at a time
+    _patched = False
+
+    def __init__(self, trainer):
+        self.optimize = Span()
+        if not PhaseTimer._patched:
+            import training.trainer as trainer_module
+
+            original_loss = trainer_module.micro_batch_loss
+
+            def timed_loss(*args, **kwargs):
+                with PhaseTimer.forward:
+                    return original_loss(*args, **kwargs)
+
+            trainer_module.micro_batch_loss = timed_loss
+            PhaseTimer._patched = True
+        original_optimize = trainer._optimize
+
+        def timed_optimize(*args, **kwargs):
+            with self.optimize:
+                return original_optimize(*args, **kwargs)
+
+        trainer._optimize = timed_optimize
+
+    def reset(self):
+        PhaseTimer.forward = Span()
+        self.optimize = Span()
+
+
+def make_trainer(model: Path, paw: bool, out: Path, args):
+    from training.trainer import PaWTrainer
+
+    config = C.train_config(
+        args.env, model, out / ("paw" if paw else "vanilla"), paw=paw, lr=0.0,
+        n_groups=args.groups, group_size=args.group_size, history_length=args.history,
+        max_episode_steps=args.max_steps, max_obs_tokens=args.max_obs_tokens,
+        mini_batch_size=args.mini_batch, total_steps=args.repeats + args.warmup)
+    return PaWTrainer(config)
+
+
+def measure(args) -> dict:
+    C.set_threads(args.threads)
+    model = C.bench_model(args.env)
+    out = C.CACHE / "overhead"
+    trainers = {"vanilla": make_trainer(model, False, out, args),
+                "paw": make_trainer(model, True, out, args)}
+    timers = {name: PhaseTimer(t) for name, t in trainers.items()}
+    rows: dict[str, list[dict]] = {name: [] for name in trainers}
+    import random
+
+    from tqdm.auto import tqdm
+
+    from training.trainer import seed_everything
+
+    steps = args.warmup + args.repeats
+    bar = tqdm(total=2 * steps, desc="overhead A/B", unit="step", disable=not args.progress)
+    for k in range(steps):
+        order = ("vanilla", "paw") if k % 2 == 0 else ("paw", "vanilla")
+        for name in order:
+            trainer, timer = trainers[name], timers[name]
+            timer.reset()
+            # The trainer's own task draw and collector (as train_step), then the update under
+            # the RSS sampler.
+            config = trainer.config
+            step_seed = config.seed * 1_000_003 + trainer.step
+            seed_everything(step_seed)
+            rng = random.Random(step_seed)
+            tasks = [rng.randrange(config.train_task_seeds) for _ in range(config.n_groups)]
+            with Span() as rollout:
+                trajectories = trainer.collect(trainer.policy, tasks, config.group_size,
+                                               config.temperature, step_seed)
+            with RSSPeak() as mem, Span() as update:
+                metrics = trainer.update(trajectories)
+            trainer.step += 1
+            bar.update(1)
+            if k < args.warmup:
+                continue
+            row = {"update_rss_growth_mb": mem.growth, "process_peak_mb": metrics["peak_mem_mb"],
+                   "transitions": metrics["transitions"], "wm_selected": metrics["wm_selected"],
+                   "train_tokens": metrics["tokens_per_s"] * metrics["update_time"]}
+            forward, optimize = PhaseTimer.forward, timer.optimize
+            for kind in ("cpu", "wall"):
+                get = lambda span: getattr(span, kind)  # noqa: E731
+                row.update({
+                    f"rollout_{kind}_s": get(rollout), f"forward_{kind}_s": get(forward),
+                    f"backward_{kind}_s": get(optimize) - get(forward),
+                    f"other_{kind}_s": get(update) - get(optimize),
+                    f"update_{kind}_s": get(update),
+                    f"step_{kind}_s": get(rollout) + get(update)})
+            rows[name].append(row)
+    bar.close()
+    parts = ["rollout", "forward", "backward", "other", "update", "step"]
+    keys = [f"{p}_{kind}_s" for kind in ("cpu", "wall") for p in parts] + \
+        ["update_rss_growth_mb", "process_peak_mb", "train_tokens"]
+    med = {name: {k: C.median([r[k] for r in rows[name]]) for k in keys} for name in rows}
+    ratio = {k: med["paw"][k] / med["vanilla"][k] if med["vanilla"][k] else float("nan")
+             for k in keys}
+    # Paired per-step ratios (A and B of the same step index saw the same rollout).
+    paired = {k: C.median([p[k] / v[k] for p, v in zip(rows["paw"], rows["vanilla"]) if v[k]])
+              for k in keys if k.startswith(("update", "step"))}
+    return {"machine": C.machine(), "settings": vars(args) | {"model": str(model)},
+            "median": med, "ratio_of_medians": ratio, "median_paired_ratio": paired,
+            "rows": rows}
+
+
+LABELS = [("rollout", "rollout"), ("forward", "forward (backbone + LM head)"),
+          ("backward", "backward + clip + optimizer"), ("other", "other (batching, advantages)"),
+          ("update", "update total"), ("step", "**whole step**")]
+
+
+def table(result: dict) -> str:
+    """Markdown: CPU seconds (primary) and wall seconds per part, medians, and ratios."""
+    med, ratio = result["median"], result["ratio_of_medians"]
+    lines = ["| part | CPU s without PaW | CPU s with PaW | ratio (CPU) | ratio (wall) |",
+             "|---|---:|---:|---:|---:|"]
+    for key, label in LABELS:
+        cpu, wall = f"{key}_cpu_s", f"{key}_wall_s"
+        lines.append(f"| {label} | {med['vanilla'][cpu]:.3f} | {med['paw'][cpu]:.3f} | "
+                     f"{ratio[cpu]:.3f} | {ratio[wall]:.3f} |")
+    for key, label in [("update_rss_growth_mb", "peak RSS growth during the update (MiB)"),
+                       ("process_peak_mb", "process peak RSS (MiB)"),
+                       ("train_tokens", "tokens in the training pass")]:
+        lines.append(f"| {label} | {med['vanilla'][key]:.1f} | {med['paw'][key]:.1f} | "
+                     f"{ratio[key]:.3f} | |")
+    return "\n".join(lines)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats, smaller batch")
+    parser.add_argument("--env", default="webshop", choices=sorted(C.PRESETS))
+    parser.add_argument("--repeats", type=int, default=None, help="measured steps per variant")
+    parser.add_argument("--warmup", type=int, default=1, help="unmeasured steps per variant")
+    parser.add_argument("--groups", type=int, default=None, help="groups per step")
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--history", type=int, default=2, help="history length (paper: 2)")
+    parser.add_argument("--max-steps", type=int, default=8)
+    parser.add_argument("--max-obs-tokens", type=int, default=512, help="paper-like: 512")
+    parser.add_argument("--mini-batch", type=int, default=64, help="transitions per optimizer step")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", default=str(C.RESULTS / "overhead.json"))
+    parser.add_argument("--no-progress", dest="progress", action="store_false")
+    args = parser.parse_args(argv)
+    if args.repeats is None:
+        args.repeats = 2 if args.quick else 5
+    if args.groups is None:
+        args.groups = 2 if args.quick else 4
+    return args
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    if any(os.environ.get(k) != v for k, v in _MALLOC_ENV.items()):
+        # Re-run with the allocator settings in place (they only act at process start).
+        os.execve(sys.executable, [sys.executable, __file__, *(argv or sys.argv[1:])],
+                  {**os.environ, **_MALLOC_ENV})
+    result = measure(args)
+    C.write_json(Path(args.out), result)
+    print(table(result))
+    paired = result["median_paired_ratio"]
+    print("median paired ratios: " + ", ".join(f"{k} {v:.3f}" for k, v in paired.items()))
+    print(f"written to {args.out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Tables (success mean ± std over seeds, per task type) and training-dynamics plots from the
+study's result files.
+
+    python benchmarks/study_report.py            # reads benchmarks/results/study/
+    python benchmarks/study_report.py --quick    # reads benchmarks/results/study_quick/
+
+Writes ``study.md`` and ``study_<env>_<start>.png`` next to the results folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import common as C  # noqa: E402
+from benchmarks.study_learning import BUDGET, RL_LR, STARTS, VARIANTS, results_dir  # noqa: E402
+
+LABELS = {"init": "warm start (before RL)", "grpo": "GRPO", "grpo_paw": "GRPO + PaW",
+          "gigpo": "GiGPO", "gigpo_paw": "GiGPO + PaW",
+          "paw_no_adaptive": "GRPO + PaW w/o adaptive λ", "paw_ce": "GRPO + PaW, CE not CMAE"}
+CURVES = [("reward", "episode return"), ("success", "train success"),
+          ("lambda_mean", "λ_g mean"), ("wm_loss", "WM loss (per transition)"),
+          ("clip_frac", "PPO clipped-token ratio"), ("wm_clipped_frac", "obs tokens with p > ρ")]
+
+
+def load(folder: Path) -> dict[tuple[str, str], dict[str, list[dict]]]:
+    """{(env, start): {variant: [result, ...]}} (the init tables count as variant 'init')."""
+    grouped: dict[tuple[str, str], dict[str, list[dict]]] = {}
+    for path in sorted(folder.glob("*.json")):
+        data = C.load_json(path)
+        run = data["run"]
+        grouped.setdefault((run["env"], run["start"]), {}).setdefault(
+            run["variant"], []).append(data)
+    return grouped
+
+
+def mean_std(values: list[float]) -> str:
+    if not values:
+        return "–"
+    if len(values) == 1:
+        return f"{values[0]:.1f}"
+    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
+
+
+def table(env: str, start: str, variants: dict[str, list[dict]], quick: bool = False) -> str:
+    types = sorted({r["task_type"] for runs in variants.values() for d in runs
+                    for r in d["eval"]["rows"] if r["task_type"] != "overall"})
+    show_score = env == "webshop"
+    head = ["variant", "seeds"] + types + ["**overall success %**"] + \
+        (["score"] if show_score else []) + ["train return (last 2 steps)"]
+    lines = ["| " + " | ".join(head) + " |", "|---|---:|" + "---:|" * (len(head) - 2)]
+    order = ["init"] + [v for v in VARIANTS if v in variants]
+    for variant in order:
+        runs = variants.get(variant)
+        if not runs:
+            continue
+        rows = [{r["task_type"]: r for r in d["eval"]["rows"]} for d in runs]
+        cells = [LABELS.get(variant, variant), str(len(runs))]
+        for t in types:
+            cells.append(mean_std([r[t]["success"] for r in rows if t in r]))
+        cells.append(mean_std([r["overall"]["success"] for r in rows]))
+        if show_score:
+            cells.append(mean_std([r["overall"]["score"] for r in rows]))
+        last = [statistics.mean(h["reward"] for h in d["history"][-2:])
+                for d in runs if d.get("history")]
+        cells.append(f"{statistics.mean(last):.2f}" if last else "–")
+        lines.append("| " + " | ".join(cells) + " |")
+    episodes = runs[0]["eval"]["rows"][-1]["episodes"] if runs else 0
+    title = f"### {env} — start: {start} ({_start_text('weak' if quick else start)})"
+    return "\n".join([title, "", f"Success % on {episodes} held-out tasks per run "
+                      "(mean ± sample std over seeds; per task type, then overall).", ""] + lines)
+
+
+def _start_text(start: str) -> str:
+    epochs, episodes = STARTS[start]
+    demos = "all expert demos" if episodes is None else f"{episodes} expert episodes"
+    return f"SFT {epochs} epoch(s) on {demos}"
+
+
+def plot(env: str, start: str, variants: dict[str, list[dict]], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
+    for ax, (key, title) in zip(axes.flat, CURVES):
+        for variant, runs in variants.items():
+            histories = [d["history"] for d in runs if d.get("history")]
+            if not histories:
+                continue
+            steps = min(len(h) for h in histories)
+            ys = [statistics.mean(float(h[i].get(key) or 0.0) for h in histories)
+                  for i in range(steps)]
+            ax.plot(range(1, steps + 1), ys, marker="o", ms=3, label=LABELS.get(variant, variant))
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("RL update")
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(f"{env} ({start} start): mean over seeds")
+    fig.tight_layout()
+    fig.savefig(out, dpi=80)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    folder = results_dir(args.quick)
+    grouped = load(folder)
+    if not grouped:
+        print(f"no results in {folder}")
+        return 1
+    parts = [f"Budget per run: {BUDGET} RL updates at lr {RL_LR} (full fine-tuning of the nano "
+             "model), 1 torch thread."]
+    for (env, start), variants in sorted(grouped.items()):
+        parts.append(table(env, start, variants, args.quick))
+        png = folder.parent / f"{folder.name}_{env}_{start}.png"
+        plot(env, start, {v: r for v, r in variants.items() if v != "init"}, png)
+        parts.append(f"![training dynamics]({png.name})")
+    text = "\n\n".join(parts) + "\n"
+    (folder.parent / f"{folder.name}.md").write_text(text, encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
