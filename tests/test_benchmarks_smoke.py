@@ -1,0 +1,61 @@
+"""Fast checks of the benchmark scripts' own logic (the measurements themselves are in
+``benchmarks/``, run by ``python benchmarks/run_all.py --quick``)."""
+
+import math
+
+import pytest
+
+from benchmarks.overhead import RSSPeak, Span
+from benchmarks.study_learning import PHASE_ORDER, Run, planned_runs
+from benchmarks.study_report import mean_std, table
+from benchmarks.throughput import slope
+
+
+def test_loglog_slope_recovers_the_power():
+    rows = [{"x": x, "y": 3.0 * x ** 2} for x in (1, 2, 4, 8)]
+    assert slope(rows, "x", "y") == pytest.approx(2.0)
+    assert slope(rows[:1], "x", "y") != slope(rows[:1], "x", "y")  # NaN with one point
+
+
+def test_rss_peak_sees_a_temporary_allocation():
+    np = pytest.importorskip("numpy")
+    with RSSPeak() as mem:
+        block = np.ones(64 * 2**20 // 8)  # 64 MiB, touched
+        del block
+    assert mem.growth > 40
+
+
+def test_span_accumulates_cpu_and_wall_time():
+    span = Span()
+    with span:
+        sum(i * i for i in range(200_000))
+    assert span.cpu > 0 and span.wall >= span.cpu * 0.5
+
+
+def test_planned_runs_are_unique_and_in_priority_order():
+    runs = planned_runs(list(PHASE_ORDER), 3, None)
+    names = [r.name for r in runs]
+    assert len(names) == len(set(names))
+    assert runs[0] == Run("webshop", "sft", "grpo", 0)
+    main = planned_runs(["main"], 3, ["webshop"])
+    assert {(r.variant, r.seed) for r in main} == {(v, s) for v in ("grpo", "grpo_paw")
+                                                   for s in range(3)}
+
+
+def test_report_aggregates_seeds_per_task_type():
+    def result(variant, seed, a, b):
+        rows = [{"task_type": "t1", "success": a, "score": a, "episodes": 2},
+                {"task_type": "t2", "success": b, "score": b, "episodes": 2},
+                {"task_type": "overall", "success": (a + b) / 2, "score": (a + b) / 2,
+                 "episodes": 4}]
+        return {"run": {"variant": variant, "seed": seed}, "eval": {"rows": rows},
+                "history": [{"reward": 1.0}, {"reward": 3.0}]}
+
+    text = table("alfworld", "sft", {"grpo": [result("grpo", 0, 0.0, 50.0),
+                                              result("grpo", 1, 100.0, 50.0)]})
+    line = next(x for x in text.splitlines() if x.startswith("| GRPO |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[1] == "2"
+    assert cells[2] == mean_std([0.0, 100.0]) == f"50.0 ± {math.sqrt(5000):.1f}"
+    assert cells[3] == "50.0 ± 0.0"
+    assert cells[-1] == "2.00"
