@@ -18,6 +18,10 @@ COMMAND_MODULES = [
     "training.commands.serve_retriever",
     "training.commands.build_tiny_model",
     "training.commands.gen_alfworld",
+    "training.commands.train",
+    "training.commands.eval",
+    "training.commands.sft",
+    "training.commands.demo",
 ]
 
 

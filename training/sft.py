@@ -13,10 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from training.batch import Sample, collate, serialize
-from training.objective import gather_logprobs
+# torch and the batching code are imported inside the functions: ``paw-gym`` imports this
+# module (for SFTConfig) when it builds its parser, and must stay quick to start.
 
 
 @dataclass
@@ -61,9 +59,10 @@ class SFTConfig:
     """Show a progress bar."""
 
 
-def load_examples(policy, replay_dir: str | Path, successful_only: bool, max_seq_len: int
-                  ) -> list[Sample]:
-    """Prompt + action rows from a replay (records without an action are reported, skipped)."""
+def load_examples(policy, replay_dir: str | Path, successful_only: bool, max_seq_len: int):
+    """Prompt + action rows (``training.batch.Sample``) from a replay; records without an
+    action are skipped."""
+    from training.batch import Sample, serialize
     from wrappers import WMReplay
 
     replay = WMReplay.load(replay_dir)
@@ -87,9 +86,12 @@ def load_examples(policy, replay_dir: str | Path, successful_only: bool, max_seq
 
 def run_sft(config: SFTConfig) -> tuple[Path, list[dict[str, Any]]]:
     """Fine-tune and save to ``config.output_dir``; returns the path and per-epoch metrics."""
+    import torch
     from tqdm.auto import tqdm
 
     from agents.hf_policy import HFPolicy
+    from training.batch import collate
+    from training.objective import gather_logprobs
 
     random.seed(config.seed)
     torch.manual_seed(config.seed)
@@ -122,7 +124,7 @@ def run_sft(config: SFTConfig) -> tuple[Path, list[dict[str, Any]]]:
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
             optimizer.step()
-            loss_sum += float(loss) * n_tokens
+            loss_sum += loss.item() * n_tokens
             tokens += n_tokens
             confident += int(((logprobs > -0.6931) & mb.action_mask).sum())  # p > 0.5
             bar.update(len(batch_rows))
@@ -137,7 +139,7 @@ def run_sft(config: SFTConfig) -> tuple[Path, list[dict[str, Any]]]:
     return out, history
 
 
-def _budget_chunks(order: list[int], samples: list[Sample], budget: int) -> list[list[int]]:
+def _budget_chunks(order: list[int], samples: list, budget: int) -> list[list[int]]:
     """Consecutive shuffled rows grouped so that rows × longest ≤ ``budget``."""
     chunks, current, widest = [], [], 0
     for i in order:

@@ -1,0 +1,168 @@
+"""The main job: tiny model → expert demos → SFT warm start → GRPO + PaW → per-task eval.
+
+Everything runs offline on CPU. ``run_demo`` writes to ``output_dir``:
+
+    expert-demos/        WMReplay of the scripted expert (train split)
+    tiny-model/          the randomly initialised Qwen2 + tokenizer trained on that text
+    sft-model/           the SFT warm start
+    rl/                  PaW trainer run: metrics.jsonl, curves.png, checkpoints/
+    eval_before.*        per-task table of the SFT model (eval split), .md/.json/.csv
+    eval_after.*         the same after RL
+    results.md           before/after side by side, plus the settings used
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class DemoConfig:
+    """Settings of ``paw-gym demo`` (sized for 2 CPU cores and ~15 minutes)."""
+
+    env_id: str = "PaW/WebShop-v0"
+    """Embedded env to train and evaluate on."""
+    train_split: str = "dev"
+    """Env split for expert demos and RL tasks."""
+    eval_split: str = "test"
+    """Env split for the before/after evaluation."""
+    size: str = "nano"
+    """Tiny model size: nano, micro or mini."""
+    expert_episodes: int = 120
+    """Expert episodes recorded for the tokenizer and the SFT warm start."""
+    sft_epochs: int = 3
+    """SFT passes over the expert transitions."""
+    sft_lr: float = 3e-3
+    """SFT learning rate."""
+    history_length: int = 0
+    """Steps of history in the prompt (paper: 2; 0 keeps CPU prompts short)."""
+    max_steps: int = 6
+    """Per-episode step limit (the expert needs 3–5 steps)."""
+    max_new_tokens: int = 40
+    """Longest response per step."""
+    algo: str = "grpo"
+    """RL estimator."""
+    paw: bool = True
+    """World-model co-training."""
+    rl_steps: int = 10
+    """RL updates."""
+    n_groups: int = 4
+    """Tasks per RL update."""
+    group_size: int = 4
+    """Rollouts per task."""
+    rl_lr: float = 2e-4
+    """RL learning rate (full fine-tuning of the tiny model)."""
+    eval_episodes: int = 50
+    """Eval-split tasks for the before/after tables."""
+    eval_temperature: float = 0.4
+    """Validation temperature (paper: 0.4)."""
+    seed: int = 0
+    """Seeds everything."""
+    output_dir: str = "runs/demo"
+    """Where everything goes."""
+    threads: int = 2
+    """torch CPU threads."""
+
+
+def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
+    """Run the whole pipeline; returns the before/after overall rows and timings."""
+    import torch
+
+    from agents.tiny_model import build_tiny_model
+    from training.config import TrainConfig
+    from training.evaluate import evaluate, load_policy, write_tables
+    from training.sft import SFTConfig, record_expert_demos, run_sft
+    from training.trainer import PaWTrainer
+    from wrappers import TEMPLATES, WMReplay
+
+    torch.set_num_threads(config.threads)
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    timings: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        timings[name] = round(time.perf_counter() - clock, 1)
+        clock = time.perf_counter()
+        log(f"[demo] {name}: {timings[name]} s")
+
+    prompt = {"history_length": config.history_length}
+    demos = out / "expert-demos"
+    shutil.rmtree(demos, ignore_errors=True)
+    record_expert_demos(config.env_id, config.expert_episodes, demos, seed=config.seed,
+                        max_steps=config.max_steps, split=config.train_split, **prompt)
+    replay = WMReplay.load(demos)
+    lap("expert demos")
+
+    texts = [text for pair in TEMPLATES.values() for text in pair]
+    texts += [r[k] for r in replay for k in ("h", "a", "o_next")]
+    tiny = build_tiny_model(texts, out / "tiny-model", size=config.size, seed=config.seed)
+    lap("tiny model")
+
+    sft_dir, sft_history = run_sft(SFTConfig(
+        model=str(tiny), replay=str(demos), output_dir=str(out / "sft-model"),
+        epochs=config.sft_epochs, lr=config.sft_lr, seed=config.seed, device="cpu",
+        token_budget=8192))
+    lap("SFT warm start")
+
+    eval_seeds = list(range(10_000, 10_000 + config.eval_episodes))
+    eval_settings = dict(temperature=config.eval_temperature, max_new_tokens=config.max_new_tokens,
+                         max_steps=config.max_steps, seed=config.seed, progress=True,
+                         split=config.eval_split, **prompt)
+    before = evaluate(load_policy(checkpoint=sft_dir, device="cpu"), config.env_id, eval_seeds,
+                      meta={"model": "SFT warm start"}, **eval_settings)
+    write_tables(before, out, "eval_before")
+    lap("eval before RL")
+
+    train_config = TrainConfig(
+        model=str(sft_dir), env_id=config.env_id, env_kwargs={"split": config.train_split},
+        history_length=config.history_length, max_episode_steps=config.max_steps,
+        algo=config.algo, paw=config.paw, lora=False, n_groups=config.n_groups,
+        group_size=config.group_size, max_new_tokens=config.max_new_tokens,
+        total_steps=config.rl_steps, lr=config.rl_lr, mini_batch_size=0, token_budget=16384,
+        max_seq_len=2048, max_obs_tokens=256, seed=config.seed, output_dir=str(out / "rl"),
+        save_every=0, keep_checkpoints=1, device="cpu")
+    trainer = PaWTrainer(train_config)
+    history = trainer.train()
+    lap("RL training")
+
+    after = evaluate(trainer.policy, config.env_id, eval_seeds,
+                     meta={"model": f"{config.algo.upper()}{' + PaW' if config.paw else ''}"},
+                     **eval_settings)
+    write_tables(after, out, "eval_after")
+    lap("eval after RL")
+
+    if (out / "rl" / "curves.png").is_file():
+        shutil.copy(out / "rl" / "curves.png", out / "curves.png")
+    summary = {"config": asdict(config), "timings_s": timings,
+               "sft": sft_history, "rl_last_step": history[-1] if history else {},
+               "before": asdict(before.row()), "after": asdict(after.row())}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    (out / "results.md").write_text(results_markdown(before, after, config, timings),
+                                     encoding="utf-8")
+    return summary
+
+
+def results_markdown(before, after, config: DemoConfig, timings: dict[str, float]) -> str:
+    """Before/after per task type, then the settings and timings."""
+    after_rows = {r.task_type: r for r in after.rows}
+    lines = [f"# paw-gym demo: {config.algo.upper()}{' + PaW' if config.paw else ''} on "
+             f"{config.env_id} ({config.size} tiny model)", "",
+             f"Eval: {config.eval_episodes} tasks of split `{config.eval_split}`, temperature "
+             f"{config.eval_temperature}.", "",
+             "| task type | episodes | success before | success after | score before | "
+             "score after |", "|---|---:|---:|---:|---:|---:|"]
+    for r in before.rows:
+        a = after_rows[r.task_type]
+        lines.append(f"| {r.task_type} | {r.episodes} | {r.success:.1f} | {a.success:.1f} | "
+                     f"{r.score:.1f} | {a.score:.1f} |")
+    lines += ["", "Timings (s): " + ", ".join(f"{k} {v}" for k, v in timings.items()),
+              f"Total: {sum(timings.values()):.0f} s", "", "Curves: `curves.png`; metrics: "
+              "`rl/metrics.jsonl`."]
+    return "\n".join(lines) + "\n"
