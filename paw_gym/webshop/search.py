@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import Counter
+from itertools import accumulate
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -74,6 +75,9 @@ class BM25Index:
         self.max_weight = np.zeros(len(terms), dtype=np.float32)
         if weights.size:
             self.max_weight[nonempty] = np.maximum.reduceat(weights, indptr[:-1][nonempty])
+        # Plain-Python copies for the per-query bookkeeping (numpy scalars are slow to index).
+        self._bounds = self.max_weight.tolist()
+        self._starts = indptr.tolist()
 
     # -- building -------------------------------------------------------------------------
     @classmethod
@@ -171,12 +175,12 @@ class BM25Index:
         if not ids:
             return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32)
         if len(ids) == 1:
-            lo, hi = self.indptr[ids[0]], self.indptr[ids[0] + 1]
+            lo, hi = self._starts[ids[0]], self._starts[ids[0] + 1]
             return self.doc_ids[lo:hi], self.weights[lo:hi]
         acc = self._accumulator
         slices = []
         for term_id in ids:
-            lo, hi = self.indptr[term_id], self.indptr[term_id + 1]
+            lo, hi = self._starts[term_id], self._starts[term_id + 1]
             docs = self.doc_ids[lo:hi]
             acc[docs] += self.weights[lo:hi]
             slices.append(docs)
@@ -200,19 +204,20 @@ class BM25Index:
         counts = Counter(self.vocab[t] for t in analyze(query) if t in self.vocab)
         if not counts:
             return np.zeros(0, dtype=np.int32)
-        postings = sum(int(self.indptr[t + 1] - self.indptr[t]) for t in counts)
+        postings = sum(self._starts[t + 1] - self._starts[t] for t in counts)
         if postings <= PRUNE_MIN_POSTINGS:
             return self._top_k(*self.score(query), k)
-        terms = sorted(counts.items(), key=lambda tc: -float(self.max_weight[tc[0]]) * tc[1])
-        bounds = [float(self.max_weight[t]) * c for t, c in terms]
-        remaining = np.cumsum(bounds[::-1])[::-1].tolist() + [0.0]
-        seen_bound = np.cumsum(bounds).tolist()  # no score can exceed the bounds seen so far
+        max_weight = self._bounds
+        terms = sorted(counts.items(), key=lambda tc: -max_weight[tc[0]] * tc[1])
+        bounds = [max_weight[t] * c for t, c in terms]
+        remaining = list(accumulate(reversed(bounds)))[::-1] + [0.0]
+        seen_bound = list(accumulate(bounds))  # no score can exceed the bounds seen so far
         acc = self._accumulator
         found: list[np.ndarray] = []  # documents first reached by each term (disjoint)
         n_found = 0
         done = len(terms)
         for i, (term_id, count) in enumerate(terms):
-            lo, hi = self.indptr[term_id], self.indptr[term_id + 1]
+            lo, hi = self._starts[term_id], self._starts[term_id + 1]
             docs = self.doc_ids[lo:hi]
             found.append(docs[acc[docs] == 0.0] if found else docs)  # weights are > 0
             n_found += len(found[-1])
@@ -227,9 +232,7 @@ class BM25Index:
         candidates = np.concatenate(found) if len(found) > 1 else found[0]
         scores = acc[candidates]
         acc[candidates] = 0.0
-        if done < len(terms):
-            order = np.argsort(candidates)  # sorted needles: cache-friendly binary search
-            candidates, scores = candidates[order], scores[order]
+        needles_sorted = False
         for j in range(done, len(terms)):
             # Keep only documents that the terms still to come could lift to the k-th score
             # (which only grows), then add term j's weight to them by lookup.
@@ -237,8 +240,19 @@ class BM25Index:
             keep = scores + remaining[j] >= kth * (1.0 - 1e-6)
             candidates, scores = candidates[keep], scores[keep]
             term_id, count = terms[j]
-            lo, hi = self.indptr[term_id], self.indptr[term_id + 1]
+            lo, hi = self._starts[term_id], self._starts[term_id + 1]
             docs = self.doc_ids[lo:hi]
+            if hi - lo < 4 * len(candidates):
+                # Few postings per candidate: a scatter through the accumulator is cheaper
+                # than one binary search per candidate.
+                acc[docs] = self.weights[lo:hi] * count
+                scores += acc[candidates]
+                acc[docs] = 0.0
+                continue
+            if not needles_sorted:  # sorted needles make the binary searches cache-friendly
+                order = np.argsort(candidates)
+                candidates, scores = candidates[order], scores[order]
+                needles_sorted = True
             pos = np.minimum(np.searchsorted(docs, candidates), len(docs) - 1)
             hit = docs[pos] == candidates
             scores[hit] += self.weights[lo:hi][pos[hit]] * count
