@@ -191,3 +191,10 @@ def test_core_import_loads_no_engine_and_env_never_imports_torch(root):
             "assert 'torch' not in sys.modules\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO,
                    env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_data_dir_may_point_inside_the_official_layout(root):
+    for folder in (root, root / "json_2.1.1", root / "json_2.1.1" / "train"):
+        env = ALFWorldEnv(data_dir=folder, task_types=["look_at_obj_in_light"])
+        assert [g.task_type for g in env.games] == ["look_at_obj_in_light"] * PER_TYPE
+        assert env.split_dir == root / "json_2.1.1" / "train"

@@ -157,3 +157,14 @@ def test_cli_gen_alfworld_writes_official_layout(tmp_path, capsys):
     assert len(games) == 1 and "pick_heat_then_place_in_recep-" in str(games[0])
     assert "1 games written" in capsys.readouterr().out
     assert main(["gen-alfworld", "--out", str(tmp_path), "--per-type", "0"]) == 2
+
+
+def test_command_cache_keys_ignore_where_the_agent_stands():
+    from paw_gym.alfworld.engine import _task_sentence_of, _template_variables
+
+    goto = "go to [{r.name | receptacleatlocation(r:receptacle, lend:location)}]"
+    assert _template_variables(goto) == {"r", "lend"}
+    assert _template_variables("take {o} from {r}") == {"o", "r"}
+    grammar = pddl.grammar_template().replace(pddl.GOAL_PLACEHOLDER, "put a mug in fridge")
+    assert _task_sentence_of(grammar) == "put a mug in fridge"
+    assert _task_sentence_of(grammar.replace("put a mug", "put #a# mug")) is None
