@@ -88,17 +88,20 @@ class Catalog:
         source: a short description of where the products came from (shown in ``repr``).
         cache_dir: where to cache the search index (``None``: build in memory).
         progress: show a progress bar while indexing.
+        cache_key: names the index in the cache when the caller can identify the products
+            (e.g. generator version + size + seed); otherwise their text is hashed.
     """
 
     def __init__(self, products: Sequence[Product], source: str,
-                 cache_dir: str | os.PathLike | None = None, progress: bool = False):
+                 cache_dir: str | os.PathLike | None = None, progress: bool = False,
+                 cache_key: str | None = None):
         if not products:
             raise ValueError(f"catalog from {source} has no products")
         self.products = list(products)
         self.source = source
         self.by_asin = {p.asin: p for p in self.products}
-        self.index = BM25Index.cached([p.index_text() for p in self.products], cache_dir,
-                                      progress=progress)
+        self.index = BM25Index.cached(lambda: [p.index_text() for p in self.products],
+                                      cache_dir, progress=progress, key=cache_key)
 
     def __len__(self) -> int:
         return len(self.products)

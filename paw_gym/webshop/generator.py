@@ -247,6 +247,12 @@ def generate_products(num_products: int = 1000, seed: int = 0) -> list[Product]:
 _PRODUCT_FIELDS = tuple(f.name for f in fields(Product))
 
 
+def catalog_key(num_products: int, seed: int) -> str:
+    """Identifies a generated catalog: generator code, size and seed."""
+    return f"generated-{_generator_fingerprint()}-n{num_products}-s{seed}"
+
+
+@lru_cache(maxsize=1)
 def _generator_fingerprint() -> str:
     """Hash of this generator's code and vocabulary: a cache made by other code is stale."""
     digest = hashlib.sha1()
@@ -265,7 +271,7 @@ def cached_products(num_products: int, seed: int,
     """
     if cache_dir is None:
         return generate_products(num_products, seed)
-    path = Path(cache_dir) / f"catalog-{_generator_fingerprint()}-n{num_products}-s{seed}.json"
+    path = Path(cache_dir) / f"catalog-{catalog_key(num_products, seed)}.json"
     if path.exists():
         try:
             rows = json.loads(path.read_text(encoding="utf-8"))

@@ -23,7 +23,7 @@ import os
 from collections import Counter
 from itertools import accumulate
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 from tqdm import tqdm
@@ -140,25 +140,40 @@ class BM25Index:
                        k1, b)
 
     @classmethod
-    def cached(cls, documents: Sequence[str], cache_dir: str | os.PathLike | None,
-               k1: float = LUCENE_K1, b: float = LUCENE_B, progress: bool = False) -> "BM25Index":
+    def cached(cls, documents: Sequence[str] | Callable[[], Sequence[str]],
+               cache_dir: str | os.PathLike | None, k1: float = LUCENE_K1, b: float = LUCENE_B,
+               progress: bool = False, key: str | None = None) -> "BM25Index":
         """Load the index of ``documents`` from ``cache_dir`` or build and store it there.
 
+        ``documents`` may be a callable producing them (called only when the index must be
+        built or hashed). The cache file is named by ``key`` when given (the caller vouches
+        that the key identifies the documents), else by a hash of the documents.
         ``cache_dir=None`` builds in memory without touching the disk.
         """
+        texts: Sequence[str] | None = None if callable(documents) else documents
+
+        def get_texts() -> Sequence[str]:
+            nonlocal texts
+            if texts is None:
+                texts = documents()  # type: ignore[operator]
+            return texts
+
         if cache_dir is None:
-            return cls.build(documents, k1, b, progress)
-        digest = hashlib.sha1(f"v{_CACHE_VERSION} k1={k1} b={b} n={len(documents)}".encode())
-        for text in documents:
-            digest.update(text.encode("utf-8"))
-            digest.update(b"\x00")
-        path = Path(cache_dir) / f"bm25-{digest.hexdigest()[:20]}.npz"
+            return cls.build(get_texts(), k1, b, progress)
+        if key is None:
+            digest = hashlib.sha1()
+            for text in get_texts():
+                digest.update(text.encode("utf-8"))
+                digest.update(b"\x00")
+            key = digest.hexdigest()
+        name = hashlib.sha1(f"v{_CACHE_VERSION} k1={k1} b={b} {key}".encode()).hexdigest()[:20]
+        path = Path(cache_dir) / f"bm25-{name}.npz"
         if path.exists():
             try:
                 return cls.load(path)
             except (OSError, ValueError, KeyError):
                 pass  # a torn or stale cache file is rebuilt below
-        index = cls.build(documents, k1, b, progress)
+        index = cls.build(get_texts(), k1, b, progress)
         try:
             index.save(path)
         except OSError:
