@@ -160,10 +160,9 @@ def test_baselines_run_on_builtin_envs(env_id):
     if env_id not in gym.registry:
         pytest.skip(f"{env_id} is not registered yet")
     try:
-        gym.make(env_id).close()
+        expert = rollout(ExpertAgent(), env_id, 2, 1, seed=0, max_steps=15)
     except FileNotFoundError as error:  # an env whose default needs downloaded data
         pytest.skip(f"{env_id} needs data that is not here: {error}")
-    expert = rollout(ExpertAgent(), env_id, 2, 1, seed=0, max_steps=15)
     random = rollout(RandomAgent(), env_id, 2, 1, seed=0, max_steps=3)
     for t in expert + random:
         assert t.transitions and t.task_id
