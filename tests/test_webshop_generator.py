@@ -78,3 +78,10 @@ def test_goals_need_paging_or_inspection_sometimes():
         ranks.append(hits.index(goal.asin) if goal.asin in hits else 50)
     beyond_first_page = sum(r >= 10 for r in ranks) / len(ranks)
     assert 0.1 <= beyond_first_page <= 0.6
+
+
+def test_no_option_value_is_shared_between_groups(products):
+    """WebShop maps a clicked value to one option group, so shared values would be unpickable."""
+    for p in products:
+        values = [v for vs in p.options.values() for v in vs]
+        assert len(values) == len(set(values)), p.options

@@ -84,6 +84,8 @@ class WebShopExpert:
             clickable = page.clickables.get(value)
             if clickable is None or clickable.kind != "option":
                 continue  # not selectable on this page (e.g. a human goal's free-text option)
+            if name and clickable.target != name:
+                continue  # the value also names an option of a later group, which wins
             if env.options.get(clickable.target) != value:
                 return f"click[{value}]"
         return "click[buy now]"

@@ -157,7 +157,10 @@ class _Generator:
             self.products_with_options += size
             groups = vocab.CATEGORY_OPTION_GROUPS[category]
             for group in rng.sample(groups, min(len(groups), rng.choice((1, 2, 2, 2, 3)))):
-                values = _option_values(category, group)
+                # A value may appear in one group only ("lavender" is a colour and a scent):
+                # WebShop's page maps a clicked value to a single option group.
+                taken = {v for vs in options.values() for v in vs}
+                values = [v for v in _option_values(category, group) if v not in taken]
                 options[group] = sorted(rng.sample(values, min(len(values), rng.randint(3, 7))),
                                         key=values.index)  # shop order: s, m, l
         brands = [self.brand() for _ in range(3)]
