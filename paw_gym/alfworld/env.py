@@ -17,7 +17,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Mapping
@@ -45,6 +44,16 @@ def task_sentence(intro: str) -> str:
     return tail.strip().rstrip(".").strip()
 
 
+def _require_engine() -> None:
+    import importlib.util
+
+    missing = [m for m in ("alfworld", "textworld", "fast_downward") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ImportError(
+            f"PaW/ALFWorld-v0 needs {', '.join(missing)}: pip install 'paw-gym[alfworld]' "
+            "(fast-downward is compiled by pip; run it with your environment's bin/ first on PATH)")
+
+
 class ALFWorldEnv(TextEnv):
     """ALFWorld's household tasks, text only, on the TextWorld PDDL engine.
 
@@ -69,6 +78,7 @@ class ALFWorldEnv(TextEnv):
                  generated_seed: int = DEFAULT_CACHE_SEED, cache_size: int = 64,
                  progress: bool = True, render_mode: str | None = None):
         super().__init__(render_mode=render_mode)
+        _require_engine()
         types = tuple(task_types) if task_types else TASK_TYPES
         unknown = sorted(set(types) - set(TASK_TYPES))
         if unknown:
