@@ -26,7 +26,6 @@ BASE_COUNTS = {"country": 12, "city": 48, "university": 24, "company": 60, "pers
                "film": 120, "book": 90}
 #: ``info["task_type"]`` of the embedded questions.
 EMBEDDED_DATASET = "paw-kb"
-SPLITS = ("train", "test", "all")
 _ARTICLE_BEFORE_WORD = re.compile(r"\b([Aa])n? (\w)")
 
 
