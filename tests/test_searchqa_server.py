@@ -155,3 +155,22 @@ def test_serve_retriever_rejects_a_missing_corpus(tmp_path, capsys):
 
     assert main(["serve-retriever", "--corpus", str(tmp_path / "nope.jsonl")]) == 2
     assert "is not a file" in capsys.readouterr().err
+
+
+def test_concurrent_clients_get_their_own_answers(server, retriever, kb):
+    from concurrent.futures import ThreadPoolExecutor
+
+    titles = [d.title.strip('"') for d in kb.documents[:40]]
+
+    def ask(offset: int) -> list[str]:
+        client = HTTPRetriever(server.url)
+        try:
+            return [client.search([titles[i]], 1)[0][0].document.id for i in range(offset, 40, 4)]
+        finally:
+            client.close()
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(ask, range(4)))
+    expected = [[retriever.search([titles[i]], 1)[0][0].document.id for i in range(offset, 40, 4)]
+                for offset in range(4)]
+    assert answers == expected
