@@ -49,7 +49,11 @@ def parse_action(action: str) -> tuple[str, str] | None:
 def load_world(data_dir: str | None, num_products: int | None, catalog_seed: int,
                goal_source: str, cache_dir: str | None) -> tuple[Catalog, Sequence[Goal],
                                                                  dict[str, float]]:
-    """Catalog, goals (fixed order) and prices; shared by every env of the process."""
+    """Catalog, goals (fixed order) and prices; shared by every env of the process.
+
+    Side effect: ends with ``gc.freeze()``, so objects alive at that point (the catalog above
+    all) are skipped by later cyclic garbage collections.
+    """
     # Loading creates millions of small, long-lived objects and no reference cycles: the
     # cyclic garbage collector would rescan them again and again, during loading and at every
     # collection afterwards (seconds at 100k products). So collect nothing while loading, then
@@ -96,8 +100,8 @@ class WebShopEnv(TextEnv):
             (``items_human_ins.json``, official data only).
         goal_sampling: how ``reset`` picks a goal without ``goal_index``: "weighted" (WebShop's
             attribute-rarity weights) or "uniform".
-        cache_dir: where the search index is cached; default ``$PAW_CACHE_DIR`` or
-            ``~/.cache/paw_gym``; ``False`` keeps it in memory only.
+        cache_dir: where the search index (and the generated catalog) is cached; default
+            ``$PAW_CACHE_DIR`` or ``~/.cache/paw_gym``; ``False`` keeps both in memory only.
         render_mode: "ansi" or "human".
     """
 
