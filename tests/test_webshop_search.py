@@ -126,3 +126,23 @@ def test_disk_cache_round_trip(tmp_path):
     files[0].write_bytes(b"not an npz")
     again = BM25Index.cached(DOCS, tmp_path)
     assert again.search("earbuds").tolist() == built.search("earbuds").tolist()
+
+
+def test_scores_equal_bm25s_lucene_where_lucene_norms_are_exact():
+    """An independent implementation (bm25s, method="lucene") gives the same scores.
+
+    Documents shorter than 24 terms keep their exact length under Lucene's norm encoding, so
+    here the two must agree to float precision.
+    """
+    bm25s = pytest.importorskip("bm25s")
+    docs = DOCS[:-1]
+    assert all(len(analyze(d)) < 24 for d in docs)
+    reference = bm25s.BM25(method="lucene", k1=0.9, b=0.4)
+    reference.index([analyze(d) for d in docs], show_progress=False)
+    index = BM25Index.build(docs)
+    for query in ["wireless earbuds", "noise cancelling headphones", "running", "leak proof"]:
+        expected = reference.get_scores(analyze(query))
+        got = np.zeros(len(docs))
+        cand, scores = index.score(query)
+        got[cand] = scores
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
