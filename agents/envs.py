@@ -74,6 +74,15 @@ def make_agent_env(env_id: str, *, template: str | None = None,
     Its observation is the prompt h_t and its action the raw model output; defaults come from
     :data:`PRESETS` (the paper's template, action format, history window and penalty).
 
+    Args:
+        env_id: a registered id.
+        template: ``HistoryPrompt`` template name or format string (None: preset).
+        action_format: ``"action"`` or ``"search"`` (None: preset).
+        history_length: recent steps in the prompt; None shows the full history, and the
+            default ``"preset"`` keeps the env's preset.
+        invalid_penalty: reward added on an invalid step (None: preset).
+        **env_kwargs: passed to ``gym.make`` (e.g. ``split="test"``).
+
     Example:
         >>> env = make_agent_env("PaW/WebShop-v0")                       # doctest: +SKIP
         >>> prompt, info = env.reset(seed=0)                              # doctest: +SKIP
@@ -95,8 +104,8 @@ def make_agent_env(env_id: str, *, template: str | None = None,
                        invalid_penalty=settings.invalid_penalty)
 
 
+#: An env id (wrapped by :func:`make_agent_env`) or a factory returning a prompt env.
 EnvSource = str | Callable[[], gym.Env]
-"""An env id (wrapped by :func:`make_agent_env`) or a factory returning a prompt env."""
 
 
 def env_factory(env: EnvSource, **kwargs: Any) -> Callable[[], gym.Env]:

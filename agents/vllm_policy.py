@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
@@ -45,7 +46,8 @@ class VLLMPolicy:
         system_prompt: optional system message before every prompt.
         entropy_top_k: see above.
         max_lora_rank: enables LoRA adapters up to this rank.
-        seed: engine seed; ``act(seed=s)`` gives prompt i the seed ``s + i``.
+        seed: engine seed, and seeds the draw of ``act``'s seed when none is given;
+            ``act(seed=s)`` gives prompt i the seed ``s + i``.
         **engine_kwargs: passed to ``vllm.LLM`` (e.g. ``dtype``, ``gpu_memory_utilization``).
     """
 
@@ -69,7 +71,7 @@ class VLLMPolicy:
         self.entropy_top_k = entropy_top_k
         self.lora_request = None
         self._lora_ids = 0
-        self._calls = seed
+        self._rng = random.Random(seed)
 
     @property
     def truncated_prompts(self) -> int:
@@ -100,12 +102,12 @@ class VLLMPolicy:
         if not encoded:
             return []
         if seed is None:
-            seed, self._calls = self._calls * 7919 + 1, self._calls + 1
+            seed = self._rng.randrange(2**31 - len(encoded))
         stop = [s for s in (stop or ()) if s]
         params = [SamplingParams(temperature=temperature, max_tokens=max_new_tokens,
                                  stop=stop or None, include_stop_str_in_output=True,
                                  logprobs=-1 if self.entropy_top_k is None else self.entropy_top_k,
-                                 seed=seed + i, top_k=-1 if temperature > 0 else None, top_p=1.0)
+                                 seed=seed + i)  # top-k / top-p stay off, as in HFPolicy
                   for i in range(len(encoded))]
         requests = [TokensPrompt(prompt_token_ids=ids) for ids, _ in encoded]
         results = self.llm.generate(requests, params, lora_request=self.lora_request,
@@ -133,8 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", required=True)
     parser.add_argument("--prompts", required=True, help="JSON list of prompt strings")
     parser.add_argument("--out", required=True,
-                        help="where to write {'base': [outputs], 'adapter': [outputs]} (JSON)")
-    parser.add_argument("--temperature", type=float, default=1.0)
+                        help="where to write {'base'|'adapter': {temperature: [outputs]}} (JSON)")
+    parser.add_argument("--temperature", type=float, action="append", default=None,
+                        help="sampling temperature (repeatable; default 1.0)")
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--max-context", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
@@ -151,13 +154,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                         max_lora_rank=args.max_lora_rank, seed=args.seed,
                         gpu_memory_utilization=args.memory_fraction)
     prompts = json.loads(Path(args.prompts).read_text())
-    results = {}
+    results: dict[str, dict[str, list]] = {}
     for name in ("base", "adapter") if args.adapter else ("base",):
         if name == "adapter":
             policy.load_adapter(args.adapter)
-        outputs = policy.act(prompts, temperature=args.temperature,
-                             max_new_tokens=args.max_new_tokens, stop=args.stop, seed=args.seed)
-        results[name] = [asdict(o) for o in outputs]
+        results[name] = {}
+        for temperature in args.temperature or [1.0]:
+            outputs = policy.act(prompts, temperature=temperature,
+                                 max_new_tokens=args.max_new_tokens, stop=args.stop,
+                                 seed=args.seed)
+            results[name][str(temperature)] = [asdict(o) for o in outputs]
     Path(args.out).write_text(json.dumps(results))
     return 0
 

@@ -21,16 +21,16 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = ["", "Your task is to: find the hidden number between 1 and 8.", "guess 4",
            "Go higher. " * 80]  # the last one is longer than the 128-token context below
-CONTEXT, NEW_TOKENS, TEMPERATURE = 128, 16, 0.7
+CONTEXT, NEW_TOKENS, TEMPERATURES = 128, 16, (0.7, 0.0)
 
 
-def teacher_forced(policy: HFPolicy, output: dict):
+def teacher_forced(policy: HFPolicy, output: dict, temperature: float):
     ids = torch.tensor([output["prompt_ids"] + output["response_ids"]])
     with torch.no_grad():
-        logits = policy.model(ids).logits[0, len(output["prompt_ids"]) - 1:-1] / TEMPERATURE
-    logp = logits.log_softmax(-1)
+        logits = policy.model(ids).logits[0, len(output["prompt_ids"]) - 1:-1]
+    logp = (logits / (temperature or 1.0)).log_softmax(-1)
     chosen = logp.gather(-1, torch.tensor(output["response_ids"])[:, None])[:, 0]
-    return chosen, -(logp.exp() * logp).sum(-1)
+    return chosen, -(logp.exp() * logp).sum(-1), logits.argmax(-1)
 
 
 def test_vllm_matches_hf_policy_with_and_without_lora(tiny_model_dir, tmp_path):
@@ -48,7 +48,7 @@ def test_vllm_matches_hf_policy_with_and_without_lora(tiny_model_dir, tmp_path):
     (tmp_path / "prompts.json").write_text(json.dumps(PROMPTS))
     command = [str(python), "-m", "agents.vllm_policy", "--model", str(tiny_model_dir),
                "--prompts", str(tmp_path / "prompts.json"), "--out", str(tmp_path / "out.json"),
-               "--temperature", str(TEMPERATURE), "--max-new-tokens", str(NEW_TOKENS),
+               *(f"--temperature={t}" for t in TEMPERATURES), "--max-new-tokens", str(NEW_TOKENS),
                "--max-context", str(CONTEXT), "--stop", "</action>",
                "--adapter", str(tmp_path / "lora"), "--max-lora-rank", "8"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -60,18 +60,22 @@ def test_vllm_matches_hf_policy_with_and_without_lora(tiny_model_dir, tmp_path):
     for name, adapter in (("base", None), ("adapter", tmp_path / "lora")):
         hf = HFPolicy(tiny_model_dir, adapter=adapter, max_context=CONTEXT,
                       attn_implementation="eager", dtype=torch.float32)
-        assert len(results[name]) == len(PROMPTS)
-        for prompt, output in zip(PROMPTS, results[name]):
-            ids, truncated = hf.encode_prompt(prompt, NEW_TOKENS)
-            assert output["prompt_ids"] == ids and output["prompt_truncated"] == truncated
-            assert 1 <= len(output["response_ids"]) == len(output["logprobs"]) <= NEW_TOKENS
-            logprobs, entropies = teacher_forced(hf, output)
-            torch.testing.assert_close(torch.tensor(output["logprobs"]), logprobs, atol=1e-4,
-                                       rtol=0)
-            torch.testing.assert_close(torch.tensor(output["entropies"]), entropies, atol=1e-4,
-                                       rtol=0)
-    assert results["base"][-1]["prompt_truncated"]
+        for temperature in TEMPERATURES:
+            outputs = results[name][str(temperature)]
+            assert len(outputs) == len(PROMPTS)
+            for prompt, output in zip(PROMPTS, outputs):
+                ids, truncated = hf.encode_prompt(prompt, NEW_TOKENS)
+                assert output["prompt_ids"] == ids and output["prompt_truncated"] == truncated
+                assert 1 <= len(output["response_ids"]) == len(output["logprobs"]) <= NEW_TOKENS
+                logprobs, entropies, greedy = teacher_forced(hf, output, temperature)
+                torch.testing.assert_close(torch.tensor(output["logprobs"]), logprobs,
+                                           atol=1e-4, rtol=0)
+                torch.testing.assert_close(torch.tensor(output["entropies"]), entropies,
+                                           atol=1e-4, rtol=0)
+                if temperature == 0:
+                    assert output["response_ids"] == greedy.tolist()
+    assert results["base"]["0.7"][-1]["prompt_truncated"]
     # The adapter changes the model: its samples differ from the base model's.
-    assert [o["response_ids"] for o in results["base"]] != \
-        [o["response_ids"] for o in results["adapter"]]
+    assert [o["response_ids"] for o in results["base"]["0.7"]] != \
+        [o["response_ids"] for o in results["adapter"]["0.7"]]
 
