@@ -178,3 +178,15 @@ def test_sampler_follows_the_distribution():
     counts = torch.bincount(draws, minlength=5).float() / len(draws)
     assert counts[1] == 0 and counts[4] == 0
     torch.testing.assert_close(counts, probs[0], atol=0.015, rtol=0)
+
+
+def test_trainer_can_wrap_the_model_in_place(tiny_model_dir):
+    from peft import LoraConfig, get_peft_model
+
+    policy = HFPolicy(tiny_model_dir, attn_implementation="eager", dtype=torch.float32)
+    policy.model = get_peft_model(policy.model, LoraConfig(r=2, target_modules=["q_proj"]))
+    policy.model.train()
+    out = policy.act(PROMPTS[1:3], temperature=1.0, max_new_tokens=6, stop=None, seed=0)
+    assert policy.model.training  # act samples in eval mode and restores the mode
+    logprobs, _, _ = teacher_forced(policy, out[0], 1.0)
+    torch.testing.assert_close(torch.tensor(out[0].logprobs), logprobs, atol=1e-4, rtol=0)
