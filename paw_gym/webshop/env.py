@@ -49,21 +49,15 @@ def parse_action(action: str) -> tuple[str, str] | None:
 def load_world(data_dir: str | None, num_products: int | None, catalog_seed: int,
                goal_source: str, cache_dir: str | None) -> tuple[Catalog, Sequence[Goal],
                                                                  dict[str, float]]:
-    """Catalog, goals (fixed order) and prices; shared by every env of the process.
-
-    Side effect: ends with ``gc.freeze()``, so objects alive at that point (the catalog above
-    all) are skipped by later cyclic garbage collections.
-    """
+    """Catalog, goals (fixed order) and prices; shared by every env of the process."""
     # Loading creates millions of small, long-lived objects and no reference cycles: the
-    # cyclic garbage collector would rescan them again and again, during loading and at every
-    # collection afterwards (seconds at 100k products). So collect nothing while loading, then
-    # move everything alive into the permanent generation that collections skip.
+    # cyclic garbage collector would rescan them again and again while loading (seconds at
+    # 100k products), so it is paused meanwhile. (No gc.freeze(): that would also pin
+    # whatever else the user's process holds at that moment.)
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        world = _load_world(data_dir, num_products, catalog_seed, goal_source, cache_dir)
-        gc.freeze()
-        return world
+        return _load_world(data_dir, num_products, catalog_seed, goal_source, cache_dir)
     finally:
         if gc_was_enabled:
             gc.enable()
