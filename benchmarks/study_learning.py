@@ -40,7 +40,7 @@ VARIANTS: dict[str, dict] = {
     "paw_ce": {"algo": "grpo", "paw": True, "wm_loss": "ce"},
 }
 #: Warm starts: (SFT epochs, expert episodes used; None = all).
-STARTS: dict[str, tuple[int, int | None]] = {"sft": (6, None), "weak": (1, 20)}
+STARTS: dict[str, tuple[int, int | None]] = {"sft": (2, None), "weak": (1, 20)}
 #: Phases in priority order: (envs, start, variants).
 PHASES: dict[str, list[tuple[tuple[str, ...], str, tuple[str, ...]]]] = {
     "main": [(("webshop", "alfworld"), "sft", ("grpo", "grpo_paw"))],
@@ -48,10 +48,12 @@ PHASES: dict[str, list[tuple[tuple[str, ...], str, tuple[str, ...]]]] = {
     "ablations": [(("webshop", "alfworld"), "sft", ("paw_no_adaptive", "paw_ce"))],
     "sparse": [(("webshop",), "weak", ("grpo", "grpo_paw"))],
 }
-PHASE_ORDER = ("main", "gigpo", "ablations", "sparse")
+PHASE_ORDER = ("main", "sparse", "gigpo", "ablations")
 #: Tiny-scale RL budget per env (same for every variant).
-BUDGET = {"webshop": dict(n_groups=2, group_size=4, total_steps=8),
-          "alfworld": dict(n_groups=2, group_size=4, total_steps=8, max_episode_steps=15)}
+#: mini_batch_size 16: ~4 PPO optimizer steps per update, so the ratio moves and can clip.
+BUDGET = {"webshop": dict(n_groups=2, group_size=4, total_steps=8, mini_batch_size=16),
+          "alfworld": dict(n_groups=2, group_size=4, total_steps=8, max_episode_steps=15,
+                           mini_batch_size=16)}
 RL_LR = 1e-3
 EVAL_EPISODES = {"webshop": 60, "alfworld": 36}
 

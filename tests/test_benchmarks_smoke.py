@@ -37,6 +37,7 @@ def test_planned_runs_are_unique_and_in_priority_order():
     names = [r.name for r in runs]
     assert len(names) == len(set(names))
     assert runs[0] == Run("webshop", "sft", "grpo", 0)
+    assert PHASE_ORDER[0] == "main"
     main = planned_runs(["main"], 3, ["webshop"])
     assert {(r.variant, r.seed) for r in main} == {(v, s) for v in ("grpo", "grpo_paw")
                                                    for s in range(3)}
