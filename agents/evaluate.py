@@ -42,7 +42,8 @@ def _row(name: str, group: list[Trajectory]) -> dict:
 
 def format_table(rows: Sequence[dict]) -> str:
     """The table as aligned text."""
-    header = f"{'task_type':<28}{'episodes':>9}{'success':>9}{'return':>9}{'steps':>8}{'invalid':>9}"
+    header = (f"{'task_type':<28}{'episodes':>9}{'success':>9}{'return':>9}{'steps':>8}"
+              f"{'invalid':>9}")
     lines = [header, "-" * len(header)]
     for r in rows:
         lines.append(f"{r['task_type']:<28}{r['episodes']:>9}{r['success']:>9.3f}"

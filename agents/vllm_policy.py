@@ -67,7 +67,8 @@ class VLLMPolicy:
         self.tokenizer = self.llm.get_tokenizer()
         context = self.llm.llm_engine.model_config.max_model_len
         eos = self.tokenizer.eos_token_id
-        self.chat = ChatEncoder(self.tokenizer, context, system_prompt, eos if eos is not None else 0)
+        self.chat = ChatEncoder(self.tokenizer, context, system_prompt,
+                                eos if eos is not None else 0)
         self.entropy_top_k = entropy_top_k
         self.lora_request = None
         self._lora_ids = 0
@@ -86,7 +87,8 @@ class VLLMPolicy:
         from vllm.lora.request import LoRARequest
 
         if not Path(path, "adapter_config.json").is_file():
-            raise FileNotFoundError(f"no peft adapter at {str(path)!r} (adapter_config.json missing)")
+            raise FileNotFoundError(f"no peft adapter at {str(path)!r} "
+                                    "(adapter_config.json missing)")
         self._lora_ids += 1
         self.lora_request = LoRARequest(f"{name}-{self._lora_ids}", self._lora_ids, str(path))
 

@@ -1,4 +1,4 @@
-"""HFPolicy: log-probs / entropies against a teacher-forced pass, padding and stopping edge cases."""
+"""HFPolicy: log-probs / entropies against teacher forcing; padding and stopping edge cases."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from agents.tiny_model import AGENT_TAGS, IM_END, SIZES, count_parameters
 from tests.conftest import GUESS_ID
 from training.cli import main
 
-TEXT = ("You are in the middle of a room. On the countertop 1, you see a mug 2 — 12.5 € ™ › "
+TEXT = ("You are in the middle of a room. On the countertop 1, you see a mug 2 - 12.5 € ™ › "
         "<think>the mug first</think>\n\n  <action>take mug 2 from countertop 1</action> Café")
 
 
