@@ -128,6 +128,37 @@ class PhaseTimer:
         self.optimize = Span()
 
 
+def token_accounting(trainer, trajectories, obs_limits=(32, 64, 128, 256, 512)) -> list[dict]:
+    """Tokens of the training pass with and without PaW on one rollout, per observation cap:
+    real tokens, padded tokens (after the trainer's longest-first token-budget packing) and
+    scored positions (LM-head rows). The backbone's cost follows the tokens, the head's the
+    scored positions; this is where PaW's extra compute comes from."""
+    from dataclasses import replace
+
+    from training.batch import token_budget_batches
+    from training.rollout_batch import build_batch
+
+    def count(config) -> dict:
+        batch = build_batch(trajectories, trainer.tokenizer, config)
+        lengths = [len(s) for s in batch.samples]
+        padded = sum(len(part) * max(lengths[i] for i in part)
+                     for part in token_budget_batches(lengths, config.token_budget))
+        return {"tokens": sum(lengths), "padded": padded,
+                "scored": sum(s.action_len + s.obs_len for s in batch.samples),
+                "obs": sum(s.obs_len for s in batch.samples),
+                "prompt": sum(s.prompt_len for s in batch.samples)}
+
+    rows = []
+    vanilla = count(replace(trainer.config, paw=False))
+    for limit in obs_limits:
+        paw = count(replace(trainer.config, paw=True, max_obs_tokens=limit))
+        rows.append({"max_obs_tokens": limit, "vanilla": vanilla, "paw": paw,
+                     "token_ratio": paw["tokens"] / vanilla["tokens"],
+                     "padded_ratio": paw["padded"] / vanilla["padded"],
+                     "scored_ratio": paw["scored"] / vanilla["scored"]})
+    return rows
+
+
 def make_trainer(model: Path, paw: bool, out: Path, args):
     from training.trainer import PaWTrainer
 
@@ -199,9 +230,10 @@ def measure(args) -> dict:
     # Paired per-step ratios (A and B of the same step index saw the same rollout).
     paired = {k: C.median([p[k] / v[k] for p, v in zip(rows["paw"], rows["vanilla"]) if v[k]])
               for k in keys if k.startswith(("update", "step"))}
+    accounting = token_accounting(trainers["paw"], trajectories)
     return {"machine": C.machine(), "settings": vars(args) | {"model": str(model)},
             "median": med, "ratio_of_medians": ratio, "median_paired_ratio": paired,
-            "rows": rows}
+            "token_accounting": accounting, "rows": rows}
 
 
 LABELS = [("rollout", "rollout"), ("forward", "forward (backbone + LM head)"),
@@ -223,6 +255,15 @@ def table(result: dict) -> str:
                        ("train_tokens", "tokens in the training pass")]:
         lines.append(f"| {label} | {med['vanilla'][key]:.1f} | {med['paw'][key]:.1f} | "
                      f"{ratio[key]:.3f} | |")
+    lines += ["", "Training-pass tokens of the last rollout vs the observation cap "
+              "(PaW / vanilla):", "",
+              "| max_obs_tokens | prompt tok | action+obs scored (PaW) | obs tok | token ratio | "
+              "padded ratio | scored-position ratio |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in result.get("token_accounting", []):
+        paw = row["paw"]
+        lines.append(f"| {row['max_obs_tokens']} | {paw['prompt']} | {paw['scored']} | "
+                     f"{paw['obs']} | {row['token_ratio']:.3f} | {row['padded_ratio']:.3f} | "
+                     f"{row['scored_ratio']:.3f} |")
     return "\n".join(lines)
 
 
@@ -241,6 +282,8 @@ def parse_args(argv=None):
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=str(C.RESULTS / "overhead.json"))
     parser.add_argument("--no-progress", dest="progress", action="store_false")
+    parser.add_argument("--show", metavar="JSON", default=None,
+                        help="print the tables of a saved result and exit")
     args = parser.parse_args(argv)
     if args.repeats is None:
         args.repeats = 2 if args.quick else 5
@@ -251,6 +294,9 @@ def parse_args(argv=None):
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    if args.show:
+        print(table(C.load_json(Path(args.show))))
+        return {}
     if any(os.environ.get(k) != v for k, v in _MALLOC_ENV.items()):
         # Re-run with the allocator settings in place (they only act at process start).
         os.execve(sys.executable, [sys.executable, __file__, *(argv or sys.argv[1:])],

@@ -39,12 +39,12 @@ def load(folder: Path) -> dict[tuple[str, str], dict[str, list[dict]]]:
     return grouped
 
 
-def mean_std(values: list[float]) -> str:
+def mean_std(values: list[float], digits: int = 1) -> str:
     if not values:
         return "–"
     if len(values) == 1:
-        return f"{values[0]:.1f}"
-    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
 def table(env: str, start: str, variants: dict[str, list[dict]], quick: bool = False) -> str:
@@ -52,7 +52,8 @@ def table(env: str, start: str, variants: dict[str, list[dict]], quick: bool = F
                     for r in d["eval"]["rows"] if r["task_type"] != "overall"})
     show_score = env == "webshop"
     head = ["variant", "seeds"] + types + ["**overall success %**"] + \
-        (["score"] if show_score else []) + ["train return (last 2 steps)"]
+        (["score"] if show_score else []) + ["eval return", "eval invalid %",
+                                             "train return (last 2 updates)"]
     lines = ["| " + " | ".join(head) + " |", "|---|---:|" + "---:|" * (len(head) - 2)]
     order = ["init"] + [v for v in VARIANTS if v in variants]
     for variant in order:
@@ -66,6 +67,8 @@ def table(env: str, start: str, variants: dict[str, list[dict]], quick: bool = F
         cells.append(mean_std([r["overall"]["success"] for r in rows]))
         if show_score:
             cells.append(mean_std([r["overall"]["score"] for r in rows]))
+        cells.append(mean_std([r["overall"]["mean_return"] for r in rows], 2))
+        cells.append(mean_std([r["overall"]["invalid"] for r in rows]))
         last = [statistics.mean(h["reward"] for h in d["history"][-2:])
                 for d in runs if d.get("history")]
         cells.append(f"{statistics.mean(last):.2f}" if last else "–")

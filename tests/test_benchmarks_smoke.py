@@ -45,10 +45,11 @@ def test_planned_runs_are_unique_and_in_priority_order():
 
 def test_report_aggregates_seeds_per_task_type():
     def result(variant, seed, a, b):
-        rows = [{"task_type": "t1", "success": a, "score": a, "episodes": 2},
-                {"task_type": "t2", "success": b, "score": b, "episodes": 2},
+        extra = {"mean_return": a / 10, "invalid": b}
+        rows = [{"task_type": "t1", "success": a, "score": a, "episodes": 2, **extra},
+                {"task_type": "t2", "success": b, "score": b, "episodes": 2, **extra},
                 {"task_type": "overall", "success": (a + b) / 2, "score": (a + b) / 2,
-                 "episodes": 4}]
+                 "episodes": 4, **extra}]
         return {"run": {"variant": variant, "seed": seed}, "eval": {"rows": rows},
                 "history": [{"reward": 1.0}, {"reward": 3.0}]}
 
@@ -59,4 +60,5 @@ def test_report_aggregates_seeds_per_task_type():
     assert cells[1] == "2"
     assert cells[2] == mean_std([0.0, 100.0]) == f"50.0 ± {math.sqrt(5000):.1f}"
     assert cells[3] == "50.0 ± 0.0"
+    assert cells[5] == mean_std([0.0, 10.0], 2) == f"5.00 ± {math.sqrt(50):.2f}"  # eval return
     assert cells[-1] == "2.00"
