@@ -198,3 +198,18 @@ def test_data_dir_may_point_inside_the_official_layout(root):
         env = ALFWorldEnv(data_dir=folder, task_types=["look_at_obj_in_light"])
         assert [g.task_type for g in env.games] == ["look_at_obj_in_light"] * PER_TYPE
         assert env.split_dir == root / "json_2.1.1" / "train"
+
+
+def test_closing_and_reopening_envs_reuses_planner_libraries(root):
+    """Unloading fast-downward's library and loading another copy crashes the process, and
+    never freeing them would leak one library per env: closed envs hand theirs on."""
+    from paw_gym.alfworld import engine as engine_module
+
+    libraries = set()
+    for seed in range(4):
+        env = ALFWorldEnv(data_dir=root, num_games=1)
+        env.reset(seed=seed)
+        libraries.add(id(env.engine._lib))
+        env.close()
+    assert len(libraries) == 1
+    assert len(engine_module._FREE_LIBRARIES) >= 1
