@@ -208,3 +208,30 @@ def test_serialize_truncates_observation_then_prompt():
     assert (ids, p, a, o) == ([3, 4, 5, 6], 2, 2, 0)
     with pytest.raises(ValueError, match="empty response"):
         serialize([1], [], [2], 8)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(model):
+    samples = _samples(model, seed=3)
+    selected = torch.ones(len(samples), dtype=torch.bool)
+    lam = {0: 1.0, 1: 0.5, 2: 0.25}
+    model.zero_grad()
+    plain, _ = _batched_objective(model, samples, selected, lam, ObjectiveSettings(), budget=64)
+    expected = _grads(model)
+    model.zero_grad()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()  # transformers checkpoints layers only in train mode (no dropout in Qwen2 here)
+    try:
+        calls = []
+        layer = model.model.layers[0]
+        inner = layer._gradient_checkpointing_func
+        layer._gradient_checkpointing_func = lambda *a, **k: calls.append(1) or inner(*a, **k)
+        got, _ = _batched_objective(model, samples, selected, lam, ObjectiveSettings(), budget=64)
+    finally:
+        model.gradient_checkpointing_disable()
+        model.eval()
+    assert got == pytest.approx(plain, rel=1e-5)
+    n_micro = len(token_budget_batches([len(s) for s in samples], 64))
+    assert len(calls) == n_micro  # the layer went through torch's checkpoint each micro-batch
+    for name, grad in expected.items():
+        assert torch.allclose(_grads(model)[name], grad, atol=1e-6), name
+    model.zero_grad()

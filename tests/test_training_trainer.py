@@ -46,6 +46,7 @@ def _config(model_dir, tmp_path, **overrides):
 @pytest.mark.parametrize("paw", [True, False], ids=["paw", "vanilla"])
 def test_each_algorithm_trains_with_and_without_paw(tiny_model_dir, tmp_path, algo, paw):
     config = _config(tiny_model_dir, tmp_path, algo=algo, paw=paw, lora=(algo != "rloo"),
+                     gradient_checkpointing=(algo == "gigpo"),
                      kl_coef=0.05 if (algo == "grpo" and paw) else 0.0)
     trainer = PaWTrainer(config)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}

@@ -54,8 +54,10 @@ def build_policy(config: TrainConfig):
             gradient_checkpointing_kwargs={"use_reentrant": False})
         if config.lora:
             policy.model.enable_input_require_grads()
-    # Dropout would make the training pass disagree with the rollout's log-probs.
-    policy.model.eval()
+    # Dropout would make the training pass disagree with the rollout's log-probs, so the model
+    # stays in eval mode; transformers only checkpoints layers in train mode, so with gradient
+    # checkpointing it is put in train mode (Qwen2's attention dropout is 0; keep lora_dropout 0).
+    policy.model.train(config.gradient_checkpointing)
     return policy
 
 
