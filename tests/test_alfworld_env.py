@@ -137,6 +137,26 @@ def test_source_order_and_missing_data_messages(root, tmp_path):
         ALFWorldEnv(data_dir=root, task_types=["pick_banana"])
 
 
+def test_alfworlds_own_default_data_dir_does_not_hide_the_generated_cache(tmp_path):
+    """``import alfworld`` sets $ALFWORLD_DATA to ~/.cache/alfworld when unset; without games
+    there, the env must still fall back to the generated cache (a second env in the process)."""
+    import alfworld.info  # noqa: F401  (the import that sets the variable)
+
+    from paw_gym.alfworld.data import ALFWORLD_DEFAULT_DATA
+
+    cache, _ = shared_cache()
+    with pytest.MonkeyPatch.context() as mp, cache_env(cache):
+        mp.setenv("HOME", str(tmp_path))  # an empty ~/.cache/alfworld
+        mp.setattr("paw_gym.alfworld.data.ALFWORLD_DEFAULT_DATA", tmp_path / ".cache" / "alfworld")
+        mp.setenv("ALFWORLD_DATA", str(tmp_path / ".cache" / "alfworld"))
+        (tmp_path / ".cache" / "alfworld").mkdir(parents=True)
+        for _ in range(2):
+            env = ALFWorldEnv(generated_per_type=PER_TYPE, generated_seed=SEED)
+            assert env.source == "generated"
+            env.close()
+    assert ALFWORLD_DEFAULT_DATA == Path("~/.cache/alfworld").expanduser()
+
+
 def test_time_limit_truncates_at_50_steps(root):
     env = gym.make("PaW/ALFWorld-v0", data_dir=root)
     env.reset(seed=0)

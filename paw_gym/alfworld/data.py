@@ -88,11 +88,34 @@ def resolve_source(split: str, data_dir: str | Path | None = None,
         raise ValueError(f"split={split!r} is not one of {SPLITS}")
     if data_dir is not None:
         return "data_dir", find_split_dir(Path(data_dir), split)
-    official = os.environ.get("ALFWORLD_DATA")
-    if official:
-        return "ALFWORLD_DATA", find_split_dir(Path(official), split)
+    official = official_data_root(split)
+    if official is not None:
+        return "ALFWORLD_DATA", find_split_dir(official, split)
     root = ensure_generated(split, per_type, seed, progress)
     return "generated", split_dir(root, split)
+
+
+#: Where ``import alfworld`` points ``$ALFWORLD_DATA`` when it is unset (it sets the variable).
+ALFWORLD_DEFAULT_DATA = Path("~/.cache/alfworld").expanduser()
+
+
+def official_data_root(split: str) -> Path | None:
+    """``$ALFWORLD_DATA`` as a root of official games, or ``None`` when there is none.
+
+    ``import alfworld`` sets ``$ALFWORLD_DATA`` to its default cache folder when the user did
+    not; that default only counts once it holds the split's games (the official download).
+    A folder the user named that lacks them is an error (``find_split_dir`` says so).
+    """
+    value = os.environ.get("ALFWORLD_DATA")
+    if not value:
+        return None
+    root = Path(value).expanduser()
+    if root.resolve() == ALFWORLD_DEFAULT_DATA.resolve():
+        try:
+            find_split_dir(root, split)
+        except FileNotFoundError:
+            return None
+    return root
 
 
 def find_split_dir(root: Path, split: str) -> Path:
