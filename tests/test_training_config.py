@@ -61,3 +61,14 @@ def test_bad_cli_types_are_named():
 def test_missing_config_file_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.yaml"):
         load_config(tmp_path / "nope.yaml")
+
+
+def test_package_exports_trainer_and_config_lazily():
+    import training
+
+    assert training.TrainConfig is TrainConfig
+    from training.trainer import PaWTrainer
+
+    assert training.PaWTrainer is PaWTrainer
+    with pytest.raises(AttributeError, match="nope"):
+        training.nope  # noqa: B018

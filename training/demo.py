@@ -6,8 +6,9 @@ Everything runs offline on CPU. ``run_demo`` writes to ``output_dir``:
     tiny-model/          the randomly initialised Qwen2 + tokenizer trained on that text
     sft-model/           the SFT warm start
     rl/                  PaW trainer run: metrics.jsonl, curves.png, checkpoints/
-    eval_before.*        per-task table of the SFT model (eval split), .md/.json/.csv
-    eval_after.*         the same after RL
+    eval_before.*        per-task table of the SFT model on held-out tasks (eval split),
+                         .md/.json/.csv; eval_before_train_tasks.* on the training tasks
+    eval_after.*         the same after RL (and eval_after_train_tasks.*)
     results.md           before/after side by side, plus the settings used
 """
 
@@ -109,16 +110,28 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     sft_dir, sft_history = run_sft(SFTConfig(
         model=str(tiny), replay=str(demos), output_dir=str(out / "sft-model"),
         epochs=config.sft_epochs, lr=config.sft_lr, seed=config.seed, device="cpu",
-        token_budget=8192))
+        token_budget=2048))  # small batches: more optimizer steps for the same compute
     lap("SFT warm start")
 
-    eval_seeds = list(range(10_000, 10_000 + config.eval_episodes))
-    eval_settings = dict(temperature=config.eval_temperature, max_new_tokens=config.max_new_tokens,
-                         max_steps=config.max_steps, seed=config.seed, progress=True,
-                         split=config.eval_split, **prompt)
-    before = evaluate(load_policy(checkpoint=sft_dir, device="cpu"), config.env_id, eval_seeds,
-                      meta={"model": "SFT warm start"}, **eval_settings)
+    # Two evaluations: held-out tasks of eval_split, and the training tasks (the seeds of the
+    # expert demos, which RL also draws from), as the paper's training-reward curves do.
+    held_out = list(range(10_000, 10_000 + config.eval_episodes))
+    seen = list(range(config.seed, config.seed + min(config.eval_episodes,
+                                                     config.expert_episodes)))
+    settings = dict(temperature=config.eval_temperature, max_new_tokens=config.max_new_tokens,
+                    max_steps=config.max_steps, seed=config.seed, progress=True, **prompt)
+
+    def evaluate_both(policy, name: str):
+        test = evaluate(policy, config.env_id, held_out, split=config.eval_split,
+                        meta={"model": name, "tasks": "held-out"}, **settings)
+        train = evaluate(policy, config.env_id, seen, split=config.train_split,
+                         meta={"model": name, "tasks": "training"}, **settings)
+        return test, train
+
+    before, before_train = evaluate_both(load_policy(checkpoint=sft_dir, device="cpu"),
+                                         "SFT warm start")
     write_tables(before, out, "eval_before")
+    write_tables(before_train, out, "eval_before_train_tasks")
     lap("eval before RL")
 
     train_config = TrainConfig(
@@ -126,6 +139,7 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
         history_length=config.history_length, max_episode_steps=config.max_steps,
         algo=config.algo, paw=config.paw, lora=False, n_groups=config.n_groups,
         group_size=config.group_size, max_new_tokens=config.max_new_tokens,
+        train_task_seeds=config.seed + config.expert_episodes,
         total_steps=config.rl_steps, lr=config.rl_lr, mini_batch_size=0, token_budget=16384,
         max_seq_len=2048, max_obs_tokens=256, seed=config.seed, output_dir=str(out / "rl"),
         save_every=0, keep_checkpoints=1, device="cpu")
@@ -133,37 +147,44 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     history = trainer.train()
     lap("RL training")
 
-    after = evaluate(trainer.policy, config.env_id, eval_seeds,
-                     meta={"model": f"{config.algo.upper()}{' + PaW' if config.paw else ''}"},
-                     **eval_settings)
+    after, after_train = evaluate_both(
+        trainer.policy, f"{config.algo.upper()}{' + PaW' if config.paw else ''}")
     write_tables(after, out, "eval_after")
+    write_tables(after_train, out, "eval_after_train_tasks")
     lap("eval after RL")
 
     if (out / "rl" / "curves.png").is_file():
         shutil.copy(out / "rl" / "curves.png", out / "curves.png")
     summary = {"config": asdict(config), "timings_s": timings,
                "sft": sft_history, "rl_last_step": history[-1] if history else {},
-               "before": asdict(before.row()), "after": asdict(after.row())}
+               "before": asdict(before.row()), "after": asdict(after.row()),
+               "before_train_tasks": asdict(before_train.row()),
+               "after_train_tasks": asdict(after_train.row())}
     (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    (out / "results.md").write_text(results_markdown(before, after, config, timings),
-                                     encoding="utf-8")
+    (out / "results.md").write_text(
+        results_markdown([("held-out", before, after), ("training", before_train, after_train)],
+                         config, timings), encoding="utf-8")
     return summary
 
 
-def results_markdown(before, after, config: DemoConfig, timings: dict[str, float]) -> str:
-    """Before/after per task type, then the settings and timings."""
-    after_rows = {r.task_type: r for r in after.rows}
+def results_markdown(tables, config: DemoConfig, timings: dict[str, float]) -> str:
+    """Before/after per task type for each (name, before, after) evaluation, then timings."""
     lines = [f"# paw-gym demo: {config.algo.upper()}{' + PaW' if config.paw else ''} on "
-             f"{config.env_id} ({config.size} tiny model)", "",
-             f"Eval: {config.eval_episodes} tasks of split `{config.eval_split}`, temperature "
-             f"{config.eval_temperature}.", "",
-             "| task type | episodes | success before | success after | score before | "
-             "score after |", "|---|---:|---:|---:|---:|---:|"]
-    for r in before.rows:
-        a = after_rows[r.task_type]
-        lines.append(f"| {r.task_type} | {r.episodes} | {r.success:.1f} | {a.success:.1f} | "
-                     f"{r.score:.1f} | {a.score:.1f} |")
-    lines += ["", "Timings (s): " + ", ".join(f"{k} {v}" for k, v in timings.items()),
+             f"{config.env_id} ({config.size} tiny model)", ""]
+    for name, before, after in tables:
+        split = config.eval_split if name == "held-out" else config.train_split
+        lines += [f"## {name} tasks (split `{split}`, temperature {config.eval_temperature})", "",
+                  "| task type | episodes | success before | success after | score before | "
+                  "score after | invalid % before | invalid % after | return before | "
+                  "return after |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        after_rows = {r.task_type: r for r in after.rows}
+        for r in before.rows:
+            a = after_rows[r.task_type]
+            lines.append(f"| {r.task_type} | {r.episodes} | {r.success:.1f} | {a.success:.1f} | "
+                         f"{r.score:.1f} | {a.score:.1f} | {r.invalid:.1f} | {a.invalid:.1f} | "
+                         f"{r.mean_return:.2f} | {a.mean_return:.2f} |")
+        lines.append("")
+    lines += ["Timings (s): " + ", ".join(f"{k} {v}" for k, v in timings.items()),
               f"Total: {sum(timings.values()):.0f} s", "", "Curves: `curves.png`; metrics: "
               "`rl/metrics.jsonl`."]
     return "\n".join(lines) + "\n"

@@ -27,8 +27,10 @@ def run(args) -> int:
     except (ValueError, FileNotFoundError) as error:
         raise UserError(str(error)) from error
     summary = run_demo(config)
-    before, after = summary["before"], summary["after"]
-    print(f"success {before['success']:.1f}% -> {after['success']:.1f}%, "
-          f"score {before['score']:.1f} -> {after['score']:.1f} "
-          f"({sum(summary['timings_s'].values()):.0f} s); see {config.output_dir}/results.md")
+    for label, suffix in (("held-out tasks", ""), ("training tasks", "_train_tasks")):
+        before, after = summary["before" + suffix], summary["after" + suffix]
+        print(f"{label}: success {before['success']:.1f}% -> {after['success']:.1f}%, "
+              f"score {before['score']:.1f} -> {after['score']:.1f}, invalid actions "
+              f"{before['invalid']:.1f}% -> {after['invalid']:.1f}%")
+    print(f"total {sum(summary['timings_s'].values()):.0f} s; see {config.output_dir}/results.md")
     return 0
