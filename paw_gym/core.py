@@ -25,6 +25,7 @@ from typing import Any, Mapping
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector.utils import create_shared_memory
 
 #: Longest observation string (characters) that the observation space accepts. Generous on
 #: purpose: a WebShop results page or a search <information> block can run to a few thousand.
@@ -60,6 +61,14 @@ class TextSpace(spaces.Text):
     def __eq__(self, other: Any) -> bool:
         return (isinstance(other, TextSpace) and self.min_length == other.min_length
                 and self.max_length == other.max_length)
+
+
+@create_shared_memory.register(TextSpace)
+def _no_shared_memory(space: TextSpace, n: int = 1, ctx: Any = None):
+    # Gymnasium's shared memory stores Text as charset indices: any character outside the
+    # sample charset (a space, '›', an accent) would fail later with an opaque KeyError.
+    raise ValueError("PaW text observations cannot be stored in shared memory: create the vector "
+                     "env with gymnasium.vector.AsyncVectorEnv(env_fns, shared_memory=False)")
 
 
 class TextEnv(gym.Env[str, str]):

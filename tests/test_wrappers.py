@@ -141,3 +141,8 @@ def test_wrappers_run_in_vector_envs(vector_cls):
         assert list(infos["won"]) == [True] * 3
     finally:
         envs.close()
+
+
+def test_async_vector_env_with_shared_memory_fails_with_a_clear_message():
+    with pytest.raises(ValueError, match="shared_memory=False"):
+        gym.vector.AsyncVectorEnv([make_agent_env, make_agent_env])
