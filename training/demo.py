@@ -34,9 +34,9 @@ class DemoConfig:
     """Env split for the before/after evaluation."""
     size: str = "nano"
     """Tiny model size: nano, micro or mini."""
-    expert_episodes: int = 120
+    expert_episodes: int = 400
     """Expert episodes recorded for the tokenizer and the SFT warm start."""
-    sft_epochs: int = 3
+    sft_epochs: int = 4
     """SFT passes over the expert transitions."""
     sft_lr: float = 3e-3
     """SFT learning rate."""
@@ -50,7 +50,7 @@ class DemoConfig:
     """RL estimator."""
     paw: bool = True
     """World-model co-training."""
-    rl_steps: int = 10
+    rl_steps: int = 20
     """RL updates."""
     n_groups: int = 4
     """Tasks per RL update."""
