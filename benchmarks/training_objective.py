@@ -40,13 +40,16 @@ def rows(n: int, length: int, vocab: int, obs: int, action: int):
     return samples, collate(samples, list(range(n)), pad_id=0)
 
 
+CHUNK = 2048
+
+
 def ours(model, samples, batch):
     from training.objective import ObjectiveSettings, micro_batch_loss, objective_weights
 
     settings = ObjectiveSettings()
     sel = torch.ones(len(samples), dtype=torch.bool)
     w_rl, w_wm = objective_weights(samples, sel, {0: 1.0, 1: 1.0}, settings)
-    loss, _ = micro_batch_loss(model, batch, w_rl, w_wm, settings)
+    loss, _ = micro_batch_loss(model, batch, w_rl, w_wm, settings, chunk_size=CHUNK)
     loss.backward()
     return float(loss)
 
@@ -72,6 +75,8 @@ def _peak_child(name: str, args: argparse.Namespace, queue) -> None:
     """In a fresh process: build, then one forward + backward; report the RSS growth."""
     import resource
 
+    global CHUNK
+    CHUNK = args.chunk
     torch.set_num_threads(args.threads)
     model = build(args.vocab, args.hidden, args.layers)
     samples, batch = rows(args.rows, args.len, args.vocab, args.obs, args.action)
@@ -110,7 +115,10 @@ def main() -> None:
     parser.add_argument("--action", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--chunk", type=int, default=2048, help="LM-head positions per chunk")
     args = parser.parse_args()
+    global CHUNK
+    CHUNK = args.chunk
     torch.set_num_threads(args.threads)
     model = build(args.vocab, args.hidden, args.layers)
     samples, batch = rows(args.rows, args.len, args.vocab, args.obs, args.action)
@@ -124,7 +132,7 @@ def main() -> None:
             model.zero_grad()
     t_a, t_b = statistics.median(times["ours"]), statistics.median(times["full logits"])
     print(f"rows={args.rows} len={args.len} vocab={args.vocab} scored/row={args.obs + args.action}"
-          f" threads={args.threads}; loss ours={a:.6f} full={b:.6f}")
+          f" threads={args.threads} chunk={args.chunk}; loss ours={a:.6f} full={b:.6f}")
     print(f"peak RSS growth of one fwd+bwd (own process each): ours {mem_a:.1f} MiB, full logits {mem_b:.1f} MiB, "
           f"ratio {mem_b / max(mem_a, 1e-9):.2f}x")
     print(f"median time (fwd+bwd, {args.repeats} alternating runs): ours {t_a * 1e3:.0f} ms, "
