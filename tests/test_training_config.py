@@ -15,10 +15,11 @@ def test_yaml_then_cli_overrides(tmp_path):
     parser = argparse.ArgumentParser()
     add_config_flags(parser)
     args = parser.parse_args(["--paw", "false", "--rho", "0.5", "--history_length", "none",
+                              "--lr", "5e-5",
                               "--lora_target_modules", "[q_proj, v_proj]"])
     config = load_config(path, overrides_from_args(args))
     assert (config.algo, config.n_groups, config.paw, config.rho) == ("gigpo", 4, False, 0.5)
-    assert config.history_length is None
+    assert config.history_length is None and config.lr == 5e-5
     assert config.lora_target_modules == ["q_proj", "v_proj"]
 
 

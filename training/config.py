@@ -184,6 +184,11 @@ def _parse_value(name: str, raw: str, kind: Any) -> Any:
     if optional and raw.strip().lower() in ("none", "null"):
         return None
     value = yaml.safe_load(raw)  # true/false, numbers, [lists], {dicts}
+    if isinstance(value, str):
+        try:  # YAML 1.1 reads "5e-5" (no dot) as a string
+            value = float(raw) if "." in raw or "e" in raw.lower() else int(raw)
+        except ValueError:
+            pass
     base = next((a for a in typing.get_args(kind) if a is not type(None)), kind) if optional else kind
     origin = typing.get_origin(base) or base
     if origin is bool and not isinstance(value, bool):
