@@ -11,7 +11,7 @@ from training.config import (TrainConfig, add_config_flags, load_config, overrid
 
 def test_yaml_then_cli_overrides(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text("algo: gigpo\nn_groups: 4\npaw: true\nrho: 0.3\n")
+    path.write_text("algo: gigpo\nn_groups: 4\npaw: true\nrho: 0.3\ncritic_lr: 2e-5\n")
     parser = argparse.ArgumentParser()
     add_config_flags(parser)
     args = parser.parse_args(["--paw", "false", "--rho", "0.5", "--history_length", "none",
@@ -19,7 +19,7 @@ def test_yaml_then_cli_overrides(tmp_path):
                               "--lora_target_modules", "[q_proj, v_proj]"])
     config = load_config(path, overrides_from_args(args))
     assert (config.algo, config.n_groups, config.paw, config.rho) == ("gigpo", 4, False, 0.5)
-    assert config.history_length is None and config.lr == 5e-5
+    assert config.history_length is None and config.lr == 5e-5 and config.critic_lr == 2e-5
     assert config.lora_target_modules == ["q_proj", "v_proj"]
 
 

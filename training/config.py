@@ -237,6 +237,10 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
             raise ValueError(f"{path}: expected a mapping of field: value, got {type(loaded).__name__}")
         values.update(loaded)
     values.update(overrides or {})
+    kinds = typing.get_type_hints(cls)
+    for name, value in values.items():
+        if isinstance(value, str) and name in kinds:  # e.g. "lr: 5e-5" in a YAML file
+            values[name] = _parse_value(name, value, kinds[name])
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
