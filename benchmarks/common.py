@@ -51,8 +51,9 @@ PRESETS: dict[str, EnvPreset] = {
     "webshop": EnvPreset("PaW/WebShop-v0", {"split": "dev"}, {"split": "test"}, max_steps=8,
                          r_max=10.0, expert_episodes=300, eval_episodes=100),
     # ALFWorld: generated games; train games train, in-distribution eval games evaluate.
-    "alfworld": EnvPreset("PaW/ALFWorld-v0", {"split": "train", "progress": False},
-                          {"split": "eval_in_distribution", "progress": False}, max_steps=20,
+    # (No "progress" kwarg: rollout() takes env kwargs flat and has its own ``progress``.)
+    "alfworld": EnvPreset("PaW/ALFWorld-v0", {"split": "train"},
+                          {"split": "eval_in_distribution"}, max_steps=20,
                           r_max=10.0, expert_episodes=120, eval_episodes=60),
 }
 

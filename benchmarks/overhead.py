@@ -100,6 +100,7 @@ class PhaseTimer:
     (forward + backward + optimizer step) by wrapping them; the trainer's code is unchanged."""
 
     forward = Span()  # shared: only one trainer runs at a time
+    head = Span()  # LM head at scored positions (its forward, and its recompute in backward)
     _patched = False
 
     def __init__(self, trainer):
@@ -114,6 +115,15 @@ class PhaseTimer:
                     return original_loss(*args, **kwargs)
 
             trainer_module.micro_batch_loss = timed_loss
+            import training.objective as objective_module
+
+            original_head = objective_module._head_logprobs
+
+            def timed_head(*args, **kwargs):
+                with PhaseTimer.head:
+                    return original_head(*args, **kwargs)
+
+            objective_module._head_logprobs = timed_head  # looked up at call time
             PhaseTimer._patched = True
         original_optimize = trainer._optimize
 
@@ -125,6 +135,7 @@ class PhaseTimer:
 
     def reset(self):
         PhaseTimer.forward = Span()
+        PhaseTimer.head = Span()
         self.optimize = Span()
 
 
@@ -215,13 +226,14 @@ def measure(args) -> dict:
                 get = lambda span: getattr(span, kind)  # noqa: E731
                 row.update({
                     f"rollout_{kind}_s": get(rollout), f"forward_{kind}_s": get(forward),
+                    f"lm_head_{kind}_s": get(PhaseTimer.head),
                     f"backward_{kind}_s": get(optimize) - get(forward),
                     f"other_{kind}_s": get(update) - get(optimize),
                     f"update_{kind}_s": get(update),
                     f"step_{kind}_s": get(rollout) + get(update)})
             rows[name].append(row)
     bar.close()
-    parts = ["rollout", "forward", "backward", "other", "update", "step"]
+    parts = ["rollout", "forward", "lm_head", "backward", "other", "update", "step"]
     keys = [f"{p}_{kind}_s" for kind in ("cpu", "wall") for p in parts] + \
         ["update_rss_growth_mb", "process_peak_mb", "train_tokens"]
     med = {name: {k: C.median([r[k] for r in rows[name]]) for k in keys} for name in rows}
@@ -237,8 +249,18 @@ def measure(args) -> dict:
 
 
 LABELS = [("rollout", "rollout"), ("forward", "forward (backbone + LM head)"),
+          ("lm_head", "  of which LM head at scored positions (fwd + recompute)"),
           ("backward", "backward + clip + optimizer"), ("other", "other (batching, advantages)"),
           ("update", "update total"), ("step", "**whole step**")]
+
+
+def pooled_step_ratio(result: dict) -> float:
+    """(R + U_paw) / (R + U_vanilla), R the median rollout CPU time of all steps of A and B,
+    U the median update CPU times."""
+    rows = result["rows"]
+    rollout = C.median([r["rollout_cpu_s"] for name in rows for r in rows[name]])
+    med = result["median"]
+    return (rollout + med["paw"]["update_cpu_s"]) / (rollout + med["vanilla"]["update_cpu_s"])
 
 
 def table(result: dict) -> str:
@@ -248,13 +270,19 @@ def table(result: dict) -> str:
              "|---|---:|---:|---:|---:|"]
     for key, label in LABELS:
         cpu, wall = f"{key}_cpu_s", f"{key}_wall_s"
+        if cpu not in med["vanilla"]:
+            continue  # a result from before this part was timed
         lines.append(f"| {label} | {med['vanilla'][cpu]:.3f} | {med['paw'][cpu]:.3f} | "
                      f"{ratio[cpu]:.3f} | {ratio[wall]:.3f} |")
+    # (The process high-water mark is shared by A and B in one process: kept in the JSON only.)
     for key, label in [("update_rss_growth_mb", "peak RSS growth during the update (MiB)"),
-                       ("process_peak_mb", "process peak RSS (MiB)"),
                        ("train_tokens", "tokens in the training pass")]:
         lines.append(f"| {label} | {med['vanilla'][key]:.1f} | {med['paw'][key]:.1f} | "
                      f"{ratio[key]:.3f} | |")
+    pooled = pooled_step_ratio(result)
+    lines += ["", f"Whole-step CPU ratio with the rollout time pooled over A and B (both roll out "
+              f"exactly the same episodes, so their rollout difference is noise): "
+              f"**{pooled:.3f}**"]
     lines += ["", "Training-pass tokens of the last rollout vs the observation cap "
               "(PaW / vanilla):", "",
               "| max_obs_tokens | prompt tok | action+obs scored (PaW) | obs tok | token ratio | "
