@@ -164,11 +164,13 @@ def main(argv=None) -> int:
     parser.add_argument("--envs", nargs="+", default=None, choices=sorted(C.PRESETS))
     parser.add_argument("--workers", type=int, default=1, help="runs in parallel (1 thread each)")
     parser.add_argument("--quick", action="store_true",
-                        help="smoke version: 1 seed, main phase, 2 tiny steps, 8 eval tasks")
+                        help="smoke version: WebShop, 1 seed, main phase, 2 tiny steps, weak "
+                             "warm start, 8 eval tasks")
     args = parser.parse_args(argv)
     phases = list(PHASE_ORDER) if "all" in args.phase else args.phase
     seeds = 1 if args.quick else args.seeds
-    runs = planned_runs(phases, seeds, args.envs)
+    envs = args.envs or (["webshop"] if args.quick else None)  # ALFWorld demos take minutes
+    runs = planned_runs(phases, seeds, envs)
     C.set_threads(1)
     # Warm starts and their "before" tables first (shared by all runs; built once).
     for env, start in dict.fromkeys((r.env, r.start) for r in runs):
