@@ -1,22 +1,16 @@
-"""``paw-gym play``: run scripted episodes on any registered env through the agent wrappers.
+"""``paw-gym play``: run scripted episodes on any registered env through the agent loop.
 
-The agent sees the paper's prompt (HistoryPrompt) and answers in the model format
-(``<think>…</think><action>…</action>``), parsed by ParseAction; every transition is recorded
-into a WM replay. ``--agent expert`` asks the env's scripted expert (``expert_action()``),
-``--agent random`` picks uniformly among the admissible actions.
+The agent sees the paper's prompt (HistoryPrompt, with each env's preset from
+``agents.envs.PRESETS``) and answers in the model format (``<think>…</think><action>…</action>``),
+parsed by ParseAction; every transition can be recorded into a WM replay. ``--agent expert``
+follows the env's scripted expert (``expert_action()``), ``--agent random`` picks uniformly
+among the admissible actions.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections import defaultdict
-
-#: Prompt template and action format per built-in env (other envs: --template/--action-format).
-ENV_DEFAULTS = {
-    "PaW/ALFWorld-v0": ("alfworld", "action", 2),
-    "PaW/WebShop-v0": ("webshop", "action", 2),
-    "PaW/SearchQA-v0": ("search", "search", None),
-}
 
 
 def add_parser(subparsers) -> None:
@@ -28,8 +22,6 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--episodes", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--replay", default=None, help="directory to record the WM replay into")
-    parser.add_argument("--template", default=None, help="prompt template name or format string")
-    parser.add_argument("--action-format", choices=["action", "search"], default=None)
     parser.add_argument("--env-kwargs", default="", help="comma-separated key=value pairs for gym.make")
     parser.add_argument("--show", action="store_true", help="print every observation and action")
     parser.set_defaults(func=run)
@@ -56,39 +48,38 @@ def run(args) -> int:
     from tqdm import tqdm
 
     import paw_gym  # noqa: F401  (registers the built-in envs)
+    from agents.base import Sampling
+    from agents.baselines import ExpertAgent, RandomAgent
+    from agents.envs import make_agent_env
     from training.cli import UserError
-    from wrappers import HistoryPrompt, ParseAction, RecordTransitions, WMReplay
+    from wrappers import RecordTransitions, WMReplay
 
     if args.env not in gym.registry:
         raise UserError(f"unknown env {args.env!r}; registered: {', '.join(paw_gym.list_text_envs())}")
     if args.episodes < 1:
         raise UserError(f"--episodes must be >= 1, got {args.episodes}")
-    template, action_format, history = ENV_DEFAULTS.get(args.env, ("alfworld", "action", 2))
-    template = args.template or template
-    action_format = args.action_format or action_format
     try:
-        env = gym.make(args.env, **parse_env_kwargs(args.env_kwargs))
+        env = make_agent_env(args.env, **parse_env_kwargs(args.env_kwargs))
     except (TypeError, ValueError, FileNotFoundError) as error:  # bad kwargs or missing data
         raise UserError(f"cannot create {args.env}: {error}") from error
-    env = ParseAction(HistoryPrompt(env, template=template, history_length=history),
-                      action_format=action_format)
     replay = WMReplay(args.replay)
     env = RecordTransitions(env, replay)
-    rng = np.random.default_rng(args.seed)
+    agent = ExpertAgent() if args.agent == "expert" else RandomAgent()
     results: dict[str, list[float]] = defaultdict(list)
     returns = []
     for episode in tqdm(range(args.episodes), desc=f"{args.agent} on {args.env}", disable=args.show):
         prompt, info = env.reset(seed=args.seed + episode)
         if args.show:
-            print(f"\n=== episode {episode} · task {info['task_id']} ({info['task_type']})\n{info.get('raw_observation', prompt)}")
-        total, done = 0.0, False
+            print(f"\n=== episode {episode} · task {info['task_id']} ({info['task_type']})\n"
+                  f"{info.get('raw_observation', prompt)}")
+        total, done, step = 0.0, False, 0
         while not done:
-            action = _choose(env, args.agent, info, rng, action_format)
-            prompt, reward, terminated, truncated, info = env.step(action)
-            total += reward
-            done = terminated or truncated
+            output = agent.decide([prompt], [info], [env], Sampling(), seed=args.seed + 1000 * episode + step)[0]
+            prompt, reward, terminated, truncated, info = env.step(output.text)
+            total, done, step = total + reward, terminated or truncated, step + 1
             if args.show:
-                print(f"> {info.get('parsed_action')}   (reward {reward:+.2f})\n{info.get('raw_observation', prompt)}")
+                print(f"> {info.get('parsed_action')}   (reward {reward:+.2f})\n"
+                      f"{info.get('raw_observation', prompt)}")
         results[info["task_type"]].append(float(info["won"]))
         returns.append(total)
     env.close()
@@ -99,13 +90,3 @@ def run(args) -> int:
     if args.replay:
         print(f"recorded {len(replay)} transitions to {args.replay}")
     return 0
-
-
-def _choose(env, agent: str, info: dict, rng, action_format: str) -> str:
-    if agent == "expert":
-        action = env.unwrapped.expert_action()
-        return action if action_format == "search" else f"<think>Following the plan.</think><action>{action}</action>"
-    options = info.get("admissible_actions") or []
-    if not options:
-        return "<think>No admissible actions are listed.</think>"
-    return f"<think>Trying something.</think><action>{options[rng.integers(len(options))]}</action>"
