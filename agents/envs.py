@@ -7,30 +7,13 @@ from typing import Any, Callable
 
 import gymnasium as gym
 
-#: A custom env's default prompt: the paper's ALFWorld/WebShop wording without naming an env.
-GENERIC_TEMPLATE = (
-    "You are an expert agent. Your task is to: {task_description}. "
-    "Prior to this step, you have already taken {step_count} step(s). "
-    "Below are the most recent {history_length} observations and the corresponding actions you "
-    "took: {action_history}. "
-    "You are now at step {current_step} and your current observation is: {current_observation}. "
-    "Your admissible actions of the current situation are: [{admissible_actions}]. "
-    "Now it's your turn to take an action. "
-    "You should first reason step-by-step about the current situation. "
-    "This reasoning process MUST be enclosed within <think> </think> tags. "
-    "Once you've finished your reasoning, you should choose an admissible action for current "
-    "step and present it within <action> </action> tags."
-)
-GENERIC_FIRST_STEP = (
-    "You are an expert agent. Your task is to: {task_description}. "
-    "Your current observation is: {current_observation}. "
-    "Your admissible actions of the current situation are: [{admissible_actions}]. "
-    "Now it's your turn to take an action. "
-    "You should first reason step-by-step about the current situation. "
-    "This reasoning process MUST be enclosed within <think> </think> tags. "
-    "Once you've finished your reasoning, you should choose an admissible action for current "
-    "step and present it within <action> </action> tags."
-)
+from wrappers.templates import ALFWORLD_FIRST_STEP, ALFWORLD_TEMPLATE
+
+#: A custom env's default prompt: the paper's ALFWorld wording without naming an env.
+GENERIC_TEMPLATE, GENERIC_FIRST_STEP = (
+    template.replace("You are an expert agent operating in the ALFRED embodied Environment. ",
+                     "You are an expert agent. ")
+    for template in (ALFWORLD_TEMPLATE, ALFWORLD_FIRST_STEP))
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import string
 
-ALFWORLD_TEMPLATE = (
-    "You are an expert agent operating in the ALFRED embodied Environment. "
-    "Your task is to: {task_description}. "
+# Each template is an opening, the history sentences (left out at step 0), the current state,
+# and the closing instructions.
+_HISTORY = (
     "Prior to this step, you have already taken {step_count} step(s). "
     "Below are the most recent {history_length} observations and the corresponding actions you took: {action_history}. "
     "You are now at step {current_step} and your current observation is: {current_observation}. "
+)
+_NO_HISTORY = "Your current observation is: {current_observation}. "
+
+_ALFWORLD_OPENING = ("You are an expert agent operating in the ALFRED embodied Environment. "
+                     "Your task is to: {task_description}. ")
+_ALFWORLD_CLOSING = (
     "Your admissible actions of the current situation are: [{admissible_actions}]. "
     "Now it's your turn to take an action. "
     "You should first reason step-by-step about the current situation. "
@@ -23,25 +29,12 @@ ALFWORLD_TEMPLATE = (
     "Once you've finished your reasoning, you should choose an admissible action for current step "
     "and present it within <action> </action> tags."
 )
+ALFWORLD_TEMPLATE = _ALFWORLD_OPENING + _HISTORY + _ALFWORLD_CLOSING
+ALFWORLD_FIRST_STEP = _ALFWORLD_OPENING + _NO_HISTORY + _ALFWORLD_CLOSING
 
-ALFWORLD_FIRST_STEP = (
-    "You are an expert agent operating in the ALFRED embodied Environment. "
-    "Your task is to: {task_description}. "
-    "Your current observation is: {current_observation}. "
-    "Your admissible actions of the current situation are: [{admissible_actions}]. "
-    "Now it's your turn to take an action. "
-    "You should first reason step-by-step about the current situation. "
-    "This reasoning process MUST be enclosed within <think> </think> tags. "
-    "Once you've finished your reasoning, you should choose an admissible action for current step "
-    "and present it within <action> </action> tags."
-)
-
-WEBSHOP_TEMPLATE = (
-    "You are an expert autonomous agent operating in the WebShop e-commerce environment. "
-    "Your task is to: {task_description}. "
-    "Prior to this step, you have already taken {step_count} step(s). "
-    "Below are the most recent {history_length} observations and the corresponding actions you took: {action_history}. "
-    "You are now at step {current_step} and your current observation is: {current_observation}. "
+_WEBSHOP_OPENING = ("You are an expert autonomous agent operating in the WebShop e-commerce environment. "
+                    "Your task is to: {task_description}. ")
+_WEBSHOP_CLOSING = (
     "Your admissible actions for the current situation are: [{available_actions}]. "
     "Now it's your turn to take one action for the current step. "
     "You should first reason step-by-step about the current situation, then think carefully which "
@@ -50,27 +43,18 @@ WEBSHOP_TEMPLATE = (
     "Once you've finished your reasoning, you should choose an admissible action for current step "
     "and present it within <action> </action> tags."
 )
+WEBSHOP_TEMPLATE = _WEBSHOP_OPENING + _HISTORY + _WEBSHOP_CLOSING
+WEBSHOP_FIRST_STEP = _WEBSHOP_OPENING + _NO_HISTORY + _WEBSHOP_CLOSING
 
-WEBSHOP_FIRST_STEP = (
-    "You are an expert autonomous agent operating in the WebShop e-commerce environment. "
-    "Your task is to: {task_description}. "
-    "Your current observation is: {current_observation}. "
-    "Your admissible actions for the current situation are: [{available_actions}]. "
-    "Now it's your turn to take one action for the current step. "
-    "You should first reason step-by-step about the current situation, then think carefully which "
-    "admissible action best advances the shopping goal. "
-    "This reasoning process MUST be enclosed within <think> </think> tags. "
-    "Once you've finished your reasoning, you should choose an admissible action for current step "
-    "and present it within <action> </action> tags."
-)
-
-SEARCH_TEMPLATE = (
-    "You are an expert agent tasked with answering the given question step-by-step. "
-    "Your question: {task_description}. "
+_SEARCH_OPENING = ("You are an expert agent tasked with answering the given question step-by-step. "
+                   "Your question: {task_description}. ")
+_SEARCH_HISTORY = (
     "Prior to this step, you have already taken {step_count} step(s). "
     "Below is the interaction history where <search> </search> wrapped your past search queries and "
     "<information> </information> wrapped the corresponding search results returned by the external "
     "search engine. History: {memory_context} "
+)
+_SEARCH_CLOSING = (
     "Now it's your turn to respond for the current step. "
     "You should first conduct reasoning process. This process MUST be enclosed within <think> </think> tags. "
     "After completing your reasoning, choose only one of the following actions (do not perform both): "
@@ -79,18 +63,8 @@ SEARCH_TEMPLATE = (
     "(2) If you have enough knowledge to answer the question confidently, provide your final answer "
     "within <answer> </answer> tags, without detailed illustrations. For example, <answer>Beijing</answer>."
 )
-
-SEARCH_FIRST_STEP = (
-    "You are an expert agent tasked with answering the given question step-by-step. "
-    "Your question: {task_description}. "
-    "Now it's your turn to respond for the current step. "
-    "You should first conduct reasoning process. This process MUST be enclosed within <think> </think> tags. "
-    "After completing your reasoning, choose only one of the following actions (do not perform both): "
-    "(1) If you find you lack some knowledge, you can call a search engine to get more external "
-    "information using format: <search> your query </search>. "
-    "(2) If you have enough knowledge to answer the question confidently, provide your final answer "
-    "within <answer> </answer> tags, without detailed illustrations. For example, <answer>Beijing</answer>."
-)
+SEARCH_TEMPLATE = _SEARCH_OPENING + _SEARCH_HISTORY + _SEARCH_CLOSING
+SEARCH_FIRST_STEP = _SEARCH_OPENING + _SEARCH_CLOSING
 
 #: name -> (template, first-step template)
 TEMPLATES: dict[str, tuple[str, str]] = {
