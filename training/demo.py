@@ -7,7 +7,7 @@ Everything runs offline on CPU. ``run_demo`` writes to ``output_dir``:
     sft-model/           the SFT warm start
     rl/                  PaW trainer run: metrics.jsonl, curves.png, checkpoints/
     eval_before.*        per-task table of the SFT model on held-out tasks (eval split),
-                         .md/.json/.csv; eval_before_train_tasks.* on the training tasks
+                         .md/.json/.csv; eval_before_train_tasks.* on the RL training pool
     eval_after.*         the same after RL (and eval_after_train_tasks.*)
     results.md           before/after side by side, plus the settings used
 """
@@ -50,16 +50,26 @@ class DemoConfig:
     """RL estimator."""
     paw: bool = True
     """World-model co-training."""
-    rl_steps: int = 20
+    rl_steps: int = 12
     """RL updates."""
     n_groups: int = 4
     """Tasks per RL update."""
-    group_size: int = 4
+    group_size: int = 8
     """Rollouts per task."""
-    rl_lr: float = 2e-4
+    rl_lr: float = 1e-3
     """RL learning rate (full fine-tuning of the tiny model)."""
+    rl_mini_batch_size: int = 48
+    """Transitions per PPO-clip optimizer step (several steps per update on old log-probs)."""
+    max_obs_tokens: int = 128
+    """Observation tokens kept as the world-model target (shorter: faster CPU updates)."""
+    train_pool: int = 8
+    """RL draws its tasks from the train-split seeds [0, train_pool): a small fixed
+    pool of goals, so that 15 CPU minutes of updates revisit each goal many times (the nano
+    model cannot generalise the search query to unseen goals; see docs/training.md)."""
+    pool_eval_repeats: int = 4
+    """Episodes per pool goal in the before/after table of the training pool."""
     eval_episodes: int = 50
-    """Eval-split tasks for the before/after tables."""
+    """Eval-split (held-out) tasks for the before/after tables."""
     eval_temperature: float = 0.4
     """Validation temperature (paper: 0.4)."""
     seed: int = 0
@@ -82,6 +92,9 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     from training.trainer import PaWTrainer
     from wrappers import TEMPLATES, WMReplay
 
+    if config.train_pool < 1 or config.pool_eval_repeats < 1:
+        raise ValueError(f"train_pool ({config.train_pool}) and pool_eval_repeats "
+                         f"({config.pool_eval_repeats}) must be at least 1")
     torch.set_num_threads(config.threads)
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -113,11 +126,11 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
         token_budget=2048))  # small batches: more optimizer steps for the same compute
     lap("SFT warm start")
 
-    # Two evaluations: held-out tasks of eval_split, and the training tasks (the seeds of the
-    # expert demos, which RL also draws from), as the paper's training-reward curves do.
+    # Two evaluations: held-out tasks of eval_split, and the RL training pool (each goal
+    # repeated, as the paper's training-reward curves measure the tasks RL trains on).
     held_out = list(range(10_000, 10_000 + config.eval_episodes))
-    seen = list(range(config.seed, config.seed + min(config.eval_episodes,
-                                                     config.expert_episodes)))
+    pool = list(range(config.train_pool))
+    seen = [task for task in pool for _ in range(config.pool_eval_repeats)]
     settings = dict(temperature=config.eval_temperature, max_new_tokens=config.max_new_tokens,
                     max_steps=config.max_steps, seed=config.seed, progress=True, **prompt)
 
@@ -125,7 +138,7 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
         test = evaluate(policy, config.env_id, held_out, split=config.eval_split,
                         meta={"model": name, "tasks": "held-out"}, **settings)
         train = evaluate(policy, config.env_id, seen, split=config.train_split,
-                         meta={"model": name, "tasks": "training"}, **settings)
+                         meta={"model": name, "tasks": "training pool"}, **settings)
         return test, train
 
     before, before_train = evaluate_both(load_policy(checkpoint=sft_dir, device="cpu"),
@@ -139,9 +152,10 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
         history_length=config.history_length, max_episode_steps=config.max_steps,
         algo=config.algo, paw=config.paw, lora=False, n_groups=config.n_groups,
         group_size=config.group_size, max_new_tokens=config.max_new_tokens,
-        train_task_seeds=config.seed + config.expert_episodes,
-        total_steps=config.rl_steps, lr=config.rl_lr, mini_batch_size=0, token_budget=16384,
-        max_seq_len=2048, max_obs_tokens=256, seed=config.seed, output_dir=str(out / "rl"),
+        train_task_seeds=config.train_pool,
+        total_steps=config.rl_steps, lr=config.rl_lr, mini_batch_size=config.rl_mini_batch_size,
+        token_budget=16384, max_seq_len=2048, max_obs_tokens=config.max_obs_tokens,
+        seed=config.seed, output_dir=str(out / "rl"),
         save_every=0, keep_checkpoints=1, device="cpu")
     trainer = PaWTrainer(train_config)
     history = trainer.train()
@@ -161,9 +175,8 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
                "before_train_tasks": asdict(before_train.row()),
                "after_train_tasks": asdict(after_train.row())}
     (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    (out / "results.md").write_text(
-        results_markdown([("held-out", before, after), ("training", before_train, after_train)],
-                         config, timings), encoding="utf-8")
+    tables = [("held-out", before, after), ("training-pool", before_train, after_train)]
+    (out / "results.md").write_text(results_markdown(tables, config, timings), encoding="utf-8")
     return summary
 
 
@@ -184,7 +197,11 @@ def results_markdown(tables, config: DemoConfig, timings: dict[str, float]) -> s
                          f"{r.score:.1f} | {a.score:.1f} | {r.invalid:.1f} | {a.invalid:.1f} | "
                          f"{r.mean_return:.2f} | {a.mean_return:.2f} |")
         lines.append("")
-    lines += ["Timings (s): " + ", ".join(f"{k} {v}" for k, v in timings.items()),
+    lines += [f"RL: {config.rl_steps} updates of {config.n_groups} goals × {config.group_size} "
+              f"rollouts from a pool of {config.train_pool} `{config.train_split}` goals "
+              f"(training-pool table: {config.pool_eval_repeats} episodes per goal), lr "
+              f"{config.rl_lr}.", "",
+              "Timings (s): " + ", ".join(f"{k} {v}" for k, v in timings.items()),
               f"Total: {sum(timings.values()):.0f} s", "", "Curves: `curves.png`; metrics: "
               "`rl/metrics.jsonl`."]
     return "\n".join(lines) + "\n"

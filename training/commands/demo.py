@@ -27,7 +27,7 @@ def run(args) -> int:
     except (ValueError, FileNotFoundError) as error:
         raise UserError(str(error)) from error
     summary = run_demo(config)
-    for label, suffix in (("held-out tasks", ""), ("training tasks", "_train_tasks")):
+    for label, suffix in (("held-out tasks", ""), ("training-pool tasks", "_train_tasks")):
         before, after = summary["before" + suffix], summary["after" + suffix]
         print(f"{label}: success {before['success']:.1f}% -> {after['success']:.1f}%, "
               f"score {before['score']:.1f} -> {after['score']:.1f}, invalid actions "
