@@ -37,16 +37,20 @@ def run(script: str, *args: str) -> float:
 def summary(quick: bool) -> str:
     tag = "_quick" if quick else ""
     lines = ["| benchmark | figure | value |", "|---|---|---:|"]
-    overhead = C.RESULTS / f"overhead{tag}.json"
-    if overhead.is_file():
-        from benchmarks.overhead import pooled_step_ratio
+    from benchmarks.overhead import pooled_step_ratio
 
-        data = C.load_json(overhead)
+    overheads = [("WebShop", C.RESULTS / f"overhead{tag}.json")]
+    if not quick:
+        overheads.insert(0, ("ALFWorld", C.RESULTS / "overhead_alfworld.json"))
+    for env, path in overheads:
+        if not path.is_file():
+            continue
+        data = C.load_json(path)
         r = data["ratio_of_medians"]
-        lines += [f"| PaW overhead | whole-step CPU time ratio (rollout pooled) | "
+        lines += [f"| PaW overhead {env} | whole-step CPU time ratio (rollout pooled) | "
                   f"{pooled_step_ratio(data):.3f} |",
-                  f"| PaW overhead | update CPU time ratio | {r['update_cpu_s']:.3f} |",
-                  f"| PaW overhead | update peak RSS growth ratio | "
+                  f"| PaW overhead {env} | update CPU time ratio | {r['update_cpu_s']:.3f} |",
+                  f"| PaW overhead {env} | update peak RSS growth ratio | "
                   f"{r['update_rss_growth_mb']:.3f} |"]
     throughput = C.RESULTS / f"throughput{tag}.json"
     if throughput.is_file():
@@ -69,10 +73,12 @@ def summary(quick: bool) -> str:
 
     for (env, start), variants in sorted(load(results_dir(quick)).items()):
         for variant, runs in variants.items():
-            values = [d["eval"]["rows"][-1]["success"] for d in runs]
-            spread = f" ± {statistics.stdev(values):.1f}" if len(values) > 1 else ""
-            lines.append(f"| study {env}/{start} | {LABELS.get(variant, variant)} success % "
-                         f"({len(values)} seed(s)) | {statistics.mean(values):.1f}{spread} |")
+            for key in ("success", "invalid"):
+                values = [d["eval"]["rows"][-1][key] for d in runs]
+                spread = f" ± {statistics.stdev(values):.1f}" if len(values) > 1 else ""
+                lines.append(f"| study {env}/{start} | {LABELS.get(variant, variant)}: eval "
+                             f"{key} % ({len(values)} seed(s)) | "
+                             f"{statistics.mean(values):.1f}{spread} |")
     return "\n".join(lines)
 
 
@@ -80,8 +86,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--workers", type=int, default=2, help="parallel study runs (full only)")
+    parser.add_argument("--summary-only", action="store_true",
+                        help="run nothing: write results/summary[_quick].md from saved results")
     args = parser.parse_args(argv)
     tag = "_quick" if args.quick else ""
+    if args.summary_only:
+        text = summary(args.quick)
+        (C.RESULTS / f"summary{tag}.md").write_text(text + "\n", encoding="utf-8")
+        print(text)
+        return 0
     quick = ["--quick"] if args.quick else []
     times = {
         "overhead": run("overhead.py", *quick, "--no-progress",
@@ -93,7 +106,9 @@ def main(argv=None) -> int:
     }
     times["report"] = run("study_report.py", *quick)
     print("\n## Summary" + (" (quick)" if args.quick else "") + "\n")
-    print(summary(args.quick))
+    text = summary(args.quick)
+    (C.RESULTS / f"summary{tag}.md").write_text(text + "\n", encoding="utf-8")
+    print(text)
     print("\nwall time: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in times.items()))
     return 0
 
