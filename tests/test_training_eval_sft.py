@@ -99,3 +99,16 @@ def test_train_command_and_eval_of_its_checkpoint(tiny_model_dir, tmp_path):
     assert main(["eval", "--env", ENV, "--checkpoint", str(checkpoint), "--episodes", "2",
                  "--max-new-tokens", "8", "--max-steps", "2", "--out", str(tmp_path)]) == 0
     assert json.loads((tmp_path / "eval.json").read_text())["rows"][-1]["episodes"] == 2
+
+
+def test_env_kwargs_named_like_rollout_arguments_reach_the_env():
+    """ALFWorldEnv takes ``progress``, as does ``agents.rollout``: the trainer's collector must
+    hand it to the env, not collide with the rollout's own argument."""
+    pytest.importorskip("alfworld")
+    from agents.baselines import ExpertAgent
+    from training.collect import EnvCollector
+    from training.config import TrainConfig
+
+    config = TrainConfig(env_id="PaW/ALFWorld-v0", env_kwargs={"progress": False}, template="alfworld")
+    trajectories = EnvCollector(config)(ExpertAgent(), [0], 2, 1.0, 0)
+    assert len(trajectories) == 2 and all(t.won for t in trajectories)

@@ -25,9 +25,13 @@ class EnvCollector:
 
     def __call__(self, policy, task_seeds: list[int], group_size: int, temperature: float,
                  seed: int) -> list[Trajectory]:
+        from agents.envs import env_factory
         from agents.rollout import rollout
 
-        return rollout(policy, self.config.env_id, len(task_seeds), group_size,
+        # A factory, not the id + flat kwargs: an env argument named like a rollout argument
+        # (ALFWorldEnv's ``progress``) must reach the env.
+        return rollout(policy, env_factory(self.config.env_id, **env_settings(self.config)),
+                       len(task_seeds), group_size,
                        temperature=temperature, max_new_tokens=self.config.max_new_tokens,
                        seed=seed, task_seeds=task_seeds, max_steps=self.config.max_episode_steps,
-                       progress=self.progress, **env_settings(self.config))
+                       progress=self.progress)

@@ -151,6 +151,7 @@ def evaluate(agent, env_id: str, task_seeds: Sequence[int], *, temperature: floa
     ``trials > 1`` replays the same tasks (Reflexion learns between trials); the table is
     that of the last trial. ``env_settings`` go to ``agents.rollout`` (template, split ...).
     """
+    from agents.envs import env_factory
     from agents.rollout import rollout
 
     if not task_seeds:
@@ -158,10 +159,10 @@ def evaluate(agent, env_id: str, task_seeds: Sequence[int], *, temperature: floa
     temperature = default_temperature(env_id) if temperature is None else temperature
     trajectories: list[Trajectory] = []
     for _ in range(max(1, trials)):
-        trajectories = rollout(agent, env_id, len(task_seeds), 1, temperature=temperature,
-                               max_new_tokens=max_new_tokens, seed=seed,
+        trajectories = rollout(agent, env_factory(env_id, **env_settings), len(task_seeds), 1,
+                               temperature=temperature, max_new_tokens=max_new_tokens, seed=seed,
                                task_seeds=list(task_seeds), max_steps=max_steps,
-                               progress=progress, **env_settings)
+                               progress=progress)
     info = {"env_id": env_id, "temperature": temperature, "episodes": len(task_seeds),
             "trials": trials, **(meta or {})}
     return summarize(trajectories, info)
