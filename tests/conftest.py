@@ -36,3 +36,13 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     texts += [f"<think>go {word}</think><action>guess {n}</action> Go higher. Go lower. Correct!"
               for n in range(1, 9) for word in ("up", "down")]
     return build_tiny_model(texts * 20, tmp_path_factory.mktemp("tiny") / "nano", size="nano")
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Run a test on one torch thread (tiny models are fastest so, and the machine is shared)."""
+    torch = pytest.importorskip("torch")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

@@ -15,12 +15,7 @@ from training.sft import SFTConfig, record_expert_demos, run_sft  # noqa: E402
 ENV = "Test/GuessNumber-v0"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _trajectory(task_type, won, rewards, final_info=None, invalid=()):
