@@ -197,6 +197,28 @@ def test_gigpo_anchor_groups_do_not_cross_tasks_and_omega_scales():
     assert [o.item() for o in out] == pytest.approx([1.0 + 0.5 * 1.0, 1.0 + 0.5 * 3.0])
 
 
+def test_gigpo_similarity_groups_near_identical_states_within_a_task():
+    page = "Doc 1 (Title: Paris) Paris is the capital and largest city of France. " * 3
+    edited = page.replace("largest", "biggest")  # similarity ~0.96
+    other = "Doc 1 (Title: Berlin) Berlin is the capital of Germany."
+    keys = [[page], [edited], [other], [edited]]
+    groups = ["q1", "q1", "q1", "q2"]
+    assert adv.cluster_similar_states(groups, keys, 0.9) == [[page], [page], [other], [edited]]
+    assert adv.cluster_similar_states(groups, keys, 0.99) == keys  # too strict: no merge
+    rewards = [torch.tensor([1.0]), torch.tensor([0.0]), torch.tensor([0.0]), torch.tensor([0.0])]
+    returns = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    exact = adv.gigpo(returns, groups, rewards, keys, omega=1.0, normalize=False)
+    similar = adv.gigpo(returns, groups, rewards, keys, omega=1.0, normalize=False,
+                        similarity=0.9)
+    episode = [1 - 1 / 3, -1 / 3, -1 / 3, 0.0]  # mean-centred returns per task
+    # exact: every anchor group is a singleton (raw G); 0.9: the two pages compare (G - 0.5)
+    assert [o.item() for o in exact] == pytest.approx([episode[0] + 1.0, *episode[1:]])
+    assert [o.item() for o in similar] == pytest.approx(
+        [episode[0] + 0.5, episode[1] - 0.5, episode[2], episode[3]])
+    with pytest.raises(ValueError, match="similarity"):
+        adv.cluster_similar_states(groups, keys, 0.0)
+
+
 def test_gae_hand_computed():
     a, ret = adv.gae(torch.tensor([1.0, 2.0]), torch.tensor([0.5, 1.0]), gamma=0.9, lam=0.8)
     d1 = 2.0 - 1.0                      # last step, V_T = 0

@@ -82,7 +82,7 @@ def discounted_returns(rewards: torch.Tensor, gamma: float) -> torch.Tensor:
 def gigpo(episode_returns: torch.Tensor, group_ids: Sequence[Hashable],
           step_rewards: Sequence[torch.Tensor], anchor_keys: Sequence[Sequence[Hashable]],
           gamma: float = 0.95, omega: float = 1.0, normalize: bool = True,
-          eps: float = EPS) -> list[torch.Tensor]:
+          similarity: float = 1.0, eps: float = EPS) -> list[torch.Tensor]:
     """GiGPO advantages: episode-level GRPO advantage + ω × step-level anchor-state advantage.
 
     The step level groups every step of a rollout group by its anchor state (the observation
@@ -98,11 +98,17 @@ def gigpo(episode_returns: torch.Tensor, group_ids: Sequence[Hashable],
         gamma: discount of the step-level return.
         omega: weight of the step-level advantage.
         normalize: std-normalise both levels (the paper uses the normalised version).
+        similarity: 1.0 groups identical anchor states only. Below 1, text states of the same
+            rollout group that are at least this similar share an anchor group (the paper uses
+            0.9 for search QA, whose observations rarely repeat verbatim); see
+            :func:`cluster_similar_states`.
 
     Returns:
         ``N`` tensors ``[T_i]`` of per-step advantages.
     """
     n = len(group_ids)
+    if similarity < 1.0:
+        anchor_keys = cluster_similar_states(group_ids, anchor_keys, similarity)
     if not (len(step_rewards) == len(anchor_keys) == n):
         raise ValueError(f"gigpo needs one entry per trajectory: {n} groups, "
                          f"{len(step_rewards)} reward lists, {len(anchor_keys)} anchor lists")
@@ -120,6 +126,38 @@ def gigpo(episode_returns: torch.Tensor, group_ids: Sequence[Hashable],
         return [torch.zeros(0) for _ in range(n)]
     step = _group_normalize(torch.cat(flat_returns), flat_keys, normalize, eps)
     return [episode[i] + omega * part for i, part in enumerate(step.split(lengths))]
+
+
+def cluster_similar_states(group_ids: Sequence[Hashable], anchor_keys: Sequence[Sequence[str]],
+                           threshold: float) -> list[list[str]]:
+    """Replace each anchor state by the representative of its similarity cluster.
+
+    Within one rollout group, states are visited in trajectory order; a state joins the first
+    cluster whose representative (its first member) it matches with a normalised similarity of
+    at least ``threshold``, otherwise it starts a new cluster (the greedy scheme of the GiGPO
+    reference code). The similarity is rapidfuzz's normalised Indel similarity,
+    ``1 − (insertions + deletions) / (len a + len b)``, the exact form of the ratio that the
+    reference code estimates with ``difflib.SequenceMatcher``.
+    """
+    from rapidfuzz.distance import Indel
+
+    if not 0.0 < threshold <= 1.0:
+        raise ValueError(f"similarity threshold {threshold} must be in (0, 1]")
+    representatives: dict[Hashable, list[str]] = {}
+    clustered = []
+    for group, keys in zip(group_ids, anchor_keys):
+        reps = representatives.setdefault(group, [])
+        row = []
+        for key in keys:
+            key = str(key)
+            match = next((rep for rep in reps if rep == key or Indel.normalized_similarity(
+                key, rep, score_cutoff=threshold)), None)
+            if match is None:
+                reps.append(key)
+                match = key
+            row.append(match)
+        clustered.append(row)
+    return clustered
 
 
 def gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float = 1.0, lam: float = 1.0,

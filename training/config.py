@@ -91,6 +91,10 @@ class TrainConfig:
     """GiGPO step-level discount."""
     omega: float = 1.0
     """GiGPO step-advantage weight."""
+    gigpo_similarity: float = 1.0
+    """GiGPO anchor-state grouping: 1.0 groups identical states only; below 1, states of a
+    rollout group at least this similar (normalised Indel similarity) share a group. The paper
+    uses 0.9 for search QA."""
     gae_gamma: float = 1.0
     """PPO: GAE discount over steps."""
     gae_lambda: float = 1.0
@@ -163,6 +167,8 @@ class TrainConfig:
             raise bad("alpha", "a number in (0, 1]")
         if not 0 <= self.rho <= 1:
             raise bad("rho", "a number in [0, 1]")
+        if not 0 < self.gigpo_similarity <= 1:
+            raise bad("gigpo_similarity", "a number in (0, 1]")
         if self.rl_agg not in ("token", "sequence"):
             raise bad("rl_agg", "token | sequence")
         if self.lr_schedule not in ("constant", "cosine"):

@@ -52,7 +52,8 @@ def step_advantages(trajectories: list[Trajectory], config: TrainConfig,
     if config.algo == "gigpo":
         rewards = [torch.tensor([s.reward for s in t.transitions]) for t in trajectories]
         steps = adv.gigpo(returns, groups, rewards, [anchor_keys(t) for t in trajectories],
-                          gamma=config.gamma, omega=config.omega)
+                          gamma=config.gamma, omega=config.omega,
+                          similarity=config.gigpo_similarity)
         return [s.tolist() for s in steps]
     if values is None:
         raise ValueError("algo='ppo' needs critic values for every step")
