@@ -97,6 +97,23 @@ def test_nan_reward_skips_the_update_and_keeps_weights(tiny_model_dir, tmp_path)
     assert metrics["skipped_updates"] == 0
 
 
+def test_prompts_cut_to_max_seq_len_are_warned_once_and_counted(tiny_model_dir, tmp_path):
+    trainer = PaWTrainer(_config(tiny_model_dir, tmp_path, algo="grpo", max_seq_len=6))
+    ids = trainer.tokenizer("guess 1 Go higher guess 2 Go lower", add_special_tokens=False)[
+        "input_ids"]
+    assert len(ids) > 4
+    long_prompt = [_episode("t", 0, [1.0], ids, ids[:2]), _episode("t", 0, [0.0], ids[:3], ids[:2])]
+    with pytest.warns(RuntimeWarning, match=r"1 of 2 transitions had their prompt cut.*"
+                                            rf"max_seq_len >= {len(ids) + 2}"):
+        metrics = trainer.update(long_prompt)
+    assert metrics["cut_prompts"] == 1
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the second update does not warn again
+        assert trainer.update(long_prompt)["cut_prompts"] == 1
+
+
 RUN_SCRIPT = textwrap.dedent("""
     import os, signal, sys
     import torch

@@ -28,6 +28,9 @@ class RolloutBatch:
     group_lambda: dict[int, float]
     """λ_g per group index."""
     trajectories: list[Trajectory]
+    cut_prompts: int = 0
+    """Transitions whose prompt was cut from the left to fit ``max_seq_len``: their PPO ratio
+    compares the policy on a shorter context than the one that sampled the action."""
 
 
 def anchor_keys(trajectory: Trajectory) -> list[str]:
@@ -88,6 +91,7 @@ def build_batch(trajectories: list[Trajectory], tokenizer, config: TrainConfig,
     group_lambda = {g: (adaptive_wm_coef(sum(r) / len(r), config.r_max) if config.adaptive_coef
                         else 1.0) for g, r in group_returns.items()}
     samples = []
+    cut_prompts = 0
     for row, (ti, si) in enumerate(flat):
         trajectory, transition = trajectories[ti], trajectories[ti].transitions[si]
         out = transition.output
@@ -96,10 +100,11 @@ def build_batch(trajectories: list[Trajectory], tokenizer, config: TrainConfig,
         obs_ids = (tokenizer(transition.next_observation, add_special_tokens=False)["input_ids"]
                    [:config.max_obs_tokens] if wants_obs else [])
         ids, p, a, o = serialize(out.prompt_ids, out.response_ids, obs_ids, config.max_seq_len)
+        cut_prompts += p < len(out.prompt_ids)
         samples.append(Sample(
             ids, p, a, o, old_logprobs=list(out.logprobs), advantage=per_step[ti][si],
             group=trajectory.group_index, entropy=out.mean_entropy,
             value_target=targets[ti][si] if targets else 0.0,
             old_value=values[ti][si] if values else 0.0,
             extra={"task_type": trajectory.task_type}))
-    return RolloutBatch(samples, selected, group_lambda, trajectories)
+    return RolloutBatch(samples, selected, group_lambda, trajectories, cut_prompts)

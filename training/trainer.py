@@ -7,6 +7,7 @@ import math
 import random
 import resource
 import time
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
@@ -76,6 +77,7 @@ class PaWTrainer:
             self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=config.critic_lr)
         self.step = 0
         self.skipped_updates = 0
+        self._warned_cut_prompts = False
 
     # -- schedule -------------------------------------------------------------------------
     def _optimizer_steps_per_update(self) -> int:
@@ -161,6 +163,17 @@ class PaWTrainer:
         batch = build_batch(trajectories, self.tokenizer, config, values)
         if not batch.samples:
             raise RuntimeError("the rollout produced no transition with a non-empty response")
+        if batch.cut_prompts and not self._warned_cut_prompts:
+            self._warned_cut_prompts = True
+            longest = max(len(t.output.prompt_ids) + len(t.output.response_ids)
+                          for trajectory in trajectories for t in trajectory.transitions)
+            warnings.warn(
+                f"{batch.cut_prompts} of {len(batch.samples)} transitions had their prompt cut "
+                f"from the left to fit max_seq_len={config.max_seq_len}, so their PPO ratios "
+                f"compare the policy on a shorter context than the one that sampled the action. "
+                f"Set max_seq_len >= {longest} (the longest prompt + response of this rollout). "
+                f"Warned once; the metric 'cut_prompts' counts them at every update.",
+                RuntimeWarning, stacklevel=2)
         if self.reference is not None:
             self._attach_reference_logprobs(batch)
         totals: dict[str, float] = {}
@@ -266,6 +279,7 @@ class PaWTrainer:
             "wm_selected": int(batch.selected.sum()),
             "advantage_abs_mean": float(np.mean([abs(s.advantage) for s in batch.samples])),
             "transitions": len(batch.samples),
+            "cut_prompts": batch.cut_prompts,
             "grad_norm": float(np.mean(norms)) if norms else float("nan"),
             "lr": self.scheduler.get_last_lr()[0],
             "skipped_updates": int(totals.get("skipped", 0)),
