@@ -100,7 +100,7 @@ class PhaseTimer:
     (forward + backward + optimizer step) by wrapping them; the trainer's code is unchanged."""
 
     forward = Span()  # shared: only one trainer runs at a time
-    head = Span()  # LM head at scored positions (its forward, and its recompute in backward)
+    head = Span()  # LM head at scored positions (its forward and its backward)
     _patched = False
 
     def __init__(self, trainer):
@@ -115,15 +115,17 @@ class PhaseTimer:
                     return original_loss(*args, **kwargs)
 
             trainer_module.micro_batch_loss = timed_loss
-            import training.objective as objective_module
+            from training.objective import HeadTargetLogprobs
 
-            original_head = objective_module._head_logprobs
+            def timed(method):
+                def wrapper(*args, **kwargs):
+                    with PhaseTimer.head:
+                        return method(*args, **kwargs)
+                return staticmethod(wrapper)
 
-            def timed_head(*args, **kwargs):
-                with PhaseTimer.head:
-                    return original_head(*args, **kwargs)
-
-            objective_module._head_logprobs = timed_head  # looked up at call time
+            # autograd looks both up on the class at call time
+            HeadTargetLogprobs.forward = timed(HeadTargetLogprobs.forward)
+            HeadTargetLogprobs.backward = timed(HeadTargetLogprobs.backward)
             PhaseTimer._patched = True
         original_optimize = trainer._optimize
 
@@ -177,6 +179,7 @@ def make_trainer(model: Path, paw: bool, out: Path, args):
         args.env, model, out / ("paw" if paw else "vanilla"), paw=paw, lr=0.0,
         n_groups=args.groups, group_size=args.group_size, history_length=args.history,
         max_episode_steps=args.max_steps, max_obs_tokens=args.max_obs_tokens,
+        max_seq_len=args.max_seq_len,
         mini_batch_size=args.mini_batch, total_steps=args.repeats + args.warmup)
     return PaWTrainer(config)
 
@@ -249,7 +252,7 @@ def measure(args) -> dict:
 
 
 LABELS = [("rollout", "rollout"), ("forward", "forward (backbone + LM head)"),
-          ("lm_head", "  of which LM head at scored positions (fwd + recompute)"),
+          ("lm_head", "  LM head at scored positions (its share of the two rows above)"),
           ("backward", "backward + clip + optimizer"), ("other", "other (batching, advantages)"),
           ("update", "update total"), ("step", "**whole step**")]
 
@@ -306,6 +309,9 @@ def parse_args(argv=None):
     parser.add_argument("--history", type=int, default=2, help="history length (paper: 2)")
     parser.add_argument("--max-steps", type=int, default=8)
     parser.add_argument("--max-obs-tokens", type=int, default=512, help="paper-like: 512")
+    parser.add_argument("--max-seq-len", type=int, default=4096,
+                        help="training row limit; paper-like 4096 (WebShop's prompt limit), so no "
+                             "row is cut and every selected observation is scored in full")
     parser.add_argument("--mini-batch", type=int, default=64, help="transitions per optimizer step")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=str(C.RESULTS / "overhead.json"))

@@ -13,8 +13,8 @@ transformers = pytest.importorskip("transformers")
 
 from training.batch import Sample, collate, serialize, token_budget_batches  # noqa: E402
 from training.losses import kl_k3, ppo_clip_token_loss, wm_token_loss  # noqa: E402
-from training.objective import (ObjectiveSettings, gather_logprobs,  # noqa: E402
-                                micro_batch_loss, objective_weights)
+from training.objective import (HeadTargetLogprobs, ObjectiveSettings,  # noqa: E402
+                                gather_logprobs, micro_batch_loss, objective_weights)
 
 VOCAB = 97
 
@@ -110,6 +110,80 @@ def test_gather_logprobs_matches_full_logits(model):
         assert torch.allclose(logprobs[r, a1:a1 + s.obs_len], obs, atol=1e-5)
         assert (logprobs[r, :a0] == 0).all() and (logprobs[r, a1 + s.obs_len:] == 0).all()
         assert (entropies[r, a0:a1] > 0).all() and (entropies[r, a1:] == 0).all()
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("frozen_head", [False, True])
+def test_head_target_logprobs_matches_autograd(with_bias, frozen_head):
+    gen = torch.Generator().manual_seed(1)
+    rows, width, vocab = 11, 6, 13
+    hidden = torch.randn(rows, width, dtype=torch.float64, generator=gen, requires_grad=True)
+    weight = torch.randn(vocab, width, dtype=torch.float64, generator=gen,
+                         requires_grad=not frozen_head)
+    bias = (torch.randn(vocab, dtype=torch.float64, generator=gen, requires_grad=True)
+            if with_bias else None)
+    targets = torch.randint(0, vocab, (rows,), generator=gen)
+    scale = torch.tensor([0.7, 1.0, 1.3] * 3 + [1.0, 2.0], dtype=torch.float64)
+    entropy_rows = torch.arange(rows) % 3 == 0
+    # Rows 2, 5 and 8 get exactly zero upstream gradient (as CMAE-clipped tokens do).
+    upstream = torch.randn(rows, dtype=torch.float64, generator=gen)
+    upstream[[2, 5, 8]] = 0.0
+    inputs = [t for t in (hidden, weight, bias) if t is not None and t.requires_grad]
+
+    logprobs, entropies = HeadTargetLogprobs.apply(hidden, weight, bias, targets, scale,
+                                                   entropy_rows)
+    got = torch.autograd.grad((logprobs * upstream).sum(), inputs)
+    logits = torch.nn.functional.linear(hidden, weight, bias) / scale[:, None]
+    log_softmax = logits.log_softmax(-1)
+    expected_logprobs = log_softmax.gather(-1, targets[:, None]).squeeze(-1)
+    expected = torch.autograd.grad((expected_logprobs * upstream).sum(), inputs)
+
+    assert torch.allclose(logprobs, expected_logprobs.detach(), atol=1e-12)
+    expected_entropy = -(log_softmax.exp() * log_softmax).sum(-1).detach()
+    assert torch.allclose(entropies[entropy_rows], expected_entropy[entropy_rows], atol=1e-12)
+    assert (entropies[~entropy_rows] == 0).all() and not entropies.requires_grad
+    for a, b in zip(got, expected):
+        assert torch.allclose(a, b, atol=1e-12)
+    assert (got[0][[2, 5, 8]] == 0).all()  # rows without gradient get none back
+
+
+def test_gather_logprobs_entropies_are_the_tempered_action_entropies(model):
+    samples = _samples(model, n=4)
+    batch = collate(samples, list(range(len(samples))), pad_id=0)
+    with torch.no_grad():
+        _, entropies = gather_logprobs(model, batch, with_entropy=True, action_temperature=0.5)
+        for r, s in enumerate(samples):
+            logits = model(input_ids=torch.tensor([s.input_ids])).logits[0].float() / 0.5
+            logp = logits.log_softmax(-1)[s.prompt_len - 1:s.prompt_len - 1 + s.action_len]
+            expected = -(logp.exp() * logp).sum(-1)
+            span = slice(s.prompt_len, s.prompt_len + s.action_len)
+            assert torch.allclose(entropies[r, span], expected, atol=1e-5)
+
+
+def test_observation_scoring_can_be_limited_to_some_rows(model):
+    samples = [s for s in _samples(model) if s.obs_len > 1][:3]
+    batch = collate(samples, list(range(len(samples))), pad_id=0)
+    with torch.no_grad():
+        every, _ = gather_logprobs(model, batch)
+        some, _ = gather_logprobs(model, batch, score_obs=torch.tensor([True, False, True]))
+    for r, s in enumerate(samples):
+        obs = slice(s.prompt_len + s.action_len, s.prompt_len + s.action_len + s.obs_len)
+        assert torch.equal(some[r, :obs.start], every[r, :obs.start])
+        assert torch.equal(some[r, obs], every[r, obs] if r != 1 else torch.zeros(s.obs_len))
+
+
+def test_collate_without_observations_keeps_action_logprobs(model):
+    samples = _samples(model)
+    rows = list(range(len(samples)))
+    full, short = collate(samples, rows, 0), collate(samples, rows, 0, with_obs=False)
+    assert short.input_ids.shape[1] == max(s.prompt_len + s.action_len for s in samples)
+    assert not short.obs_mask.any() and torch.equal(short.action_mask.sum(), full.action_mask.sum())
+    with torch.no_grad():
+        a = gather_logprobs(model, full, score_obs=False)[0]
+        b = gather_logprobs(model, short)[0]
+    width = short.input_ids.shape[1]
+    assert torch.allclose(a[:, :width], b, atol=1e-6)
+    assert (a[:, width:] == 0).all()
 
 
 def test_observation_tokens_do_not_change_action_logprobs(model):

@@ -109,11 +109,15 @@ class MicroBatch:
 
 
 def collate(samples: list[Sample], rows: list[int], pad_id: int,
-            device: torch.device | str = "cpu") -> MicroBatch:
-    """Pad ``samples[rows]`` to a :class:`MicroBatch` on ``device``."""
+            device: torch.device | str = "cpu", with_obs: bool = True) -> MicroBatch:
+    """Right-pad ``samples[rows]`` to a :class:`MicroBatch` on ``device``.
+
+    ``with_obs=False`` leaves the observation tokens out (for passes that score only actions,
+    such as the reference policy's: under the causal mask they cannot change action log-probs).
+    """
     chosen = [samples[i] for i in rows]
-    width = max(len(s) for s in chosen)
-    shape = (len(chosen), width)
+    lengths = [len(s) if with_obs else s.prompt_len + s.action_len for s in chosen]
+    shape = (len(chosen), max(lengths))
     input_ids = torch.full(shape, pad_id, dtype=torch.long)
     attention = torch.zeros(shape, dtype=torch.long)
     action = torch.zeros(shape, dtype=torch.bool)
@@ -121,12 +125,12 @@ def collate(samples: list[Sample], rows: list[int], pad_id: int,
     old = torch.zeros(shape, dtype=torch.float32)
     has_ref = all(s.ref_logprobs is not None for s in chosen)
     ref = torch.zeros(shape, dtype=torch.float32) if has_ref else None
-    for r, s in enumerate(chosen):
-        n, a0, a1 = len(s), s.prompt_len, s.prompt_len + s.action_len
-        input_ids[r, :n] = torch.tensor(s.input_ids, dtype=torch.long)
+    for r, (s, n) in enumerate(zip(chosen, lengths)):
+        a0, a1 = s.prompt_len, s.prompt_len + s.action_len
+        input_ids[r, :n] = torch.tensor(s.input_ids[:n], dtype=torch.long)
         attention[r, :n] = 1
         action[r, a0:a1] = True
-        obs[r, a1:a1 + s.obs_len] = True
+        obs[r, a1:a1 + (s.obs_len if with_obs else 0)] = True
         old[r, a0:a1] = torch.tensor(s.old_logprobs, dtype=torch.float32)
         if ref is not None:
             ref[r, a0:a1] = torch.tensor(s.ref_logprobs, dtype=torch.float32)

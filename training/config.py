@@ -132,8 +132,9 @@ class TrainConfig:
     """constant or cosine (after warm-up)."""
     max_grad_norm: float = 1.0
     """Gradient clipping norm."""
-    logits_chunk: int = 2048
-    """Positions per LM-head chunk in the training pass."""
+    logits_chunk: int = 512
+    """Positions per LM-head chunk in the training pass: the head's transient memory is about
+    ``3 × logits_chunk × vocab × 4`` bytes (≈ 0.9 GB for Qwen2.5's 152k vocabulary at 512)."""
     # -- bookkeeping --------------------------------------------------------------------------
     seed: int = 0
     """One seed for Python, NumPy, torch and the envs."""

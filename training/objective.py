@@ -9,9 +9,10 @@ on counts known before the pass (:func:`objective_weights`), so any split of a m
 token-budget micro-batches, with the micro-batch losses summed (gradient accumulation), gives
 exactly the gradient of the whole mini-batch.
 
-Memory: the model's backbone runs once; the LM head is applied only at scored positions, in
-chunks, and (when gradients are on) under activation checkpointing, so the ``[positions, vocab]``
-logits are never stored for backward: only the gathered target log-probs are kept.
+Memory and compute: the model's backbone runs once; the LM head is applied only at scored
+positions (action tokens, and observation tokens of rows with a WM weight), in chunks, by
+:class:`HeadTargetLogprobs`, which never stores ``[positions, vocab]`` logits for backward and
+recomputes them in backward only for positions whose gradient is non-zero.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch.utils.checkpoint import checkpoint
 
 from training.batch import MicroBatch, Sample
 from training.losses import (clipped_token_fraction, kl_k3, ppo_clip_token_loss,
@@ -57,54 +57,111 @@ def split_causal_lm(model):
     return decoder, head
 
 
-def _head_logprobs(hidden: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor,
-                   bias: torch.Tensor | None, scale: torch.Tensor) -> torch.Tensor:
-    logits = torch.nn.functional.linear(hidden, weight, bias).float() / scale[:, None]
-    return logits.log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1)
+class HeadTargetLogprobs(torch.autograd.Function):
+    """``log_softmax((h Wᵀ + b) / s)[target]`` per row, without keeping ``[rows, vocab]`` logits.
+
+    Forward computes the logits of the rows once and keeps only ``h`` and the row's log-sum-exp.
+    Backward recomputes the logits of the rows whose incoming gradient is non-zero (CMAE-clipped
+    observation tokens, zero-advantage actions and unweighted rows have none) and forms the
+    gradient ``g · (onehot − softmax)`` in place. Compared with autograd through
+    ``log_softmax().gather()`` under activation checkpointing, this skips the recompute of the
+    forward's elementwise work, the zero-filled scatter of ``gather``'s backward and every
+    ``[rows, vocab]`` op of rows without gradient, and the weight gradient when the head is
+    frozen (LoRA).
+
+    Also returns, without gradient, the entropy of the tempered distribution at rows flagged in
+    ``entropy_rows`` (0 elsewhere), from the same logits.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, scale, entropy_rows):
+        logits = _scaled_logits(hidden, weight, bias, scale)
+        lse = logits.logsumexp(-1)
+        logprobs = logits.gather(-1, targets[:, None]).squeeze(-1) - lse
+        entropies = torch.zeros_like(lse)
+        if entropy_rows.any():
+            part = logits[entropy_rows]
+            entropies[entropy_rows] = lse[entropy_rows] - (
+                part.sub_(lse[entropy_rows, None]).exp_() * logits[entropy_rows]).sum(-1)
+        ctx.save_for_backward(hidden, weight, bias, targets, scale, lse)
+        ctx.mark_non_differentiable(entropies)
+        return logprobs, entropies
+
+    @staticmethod
+    def backward(ctx, grad, _grad_entropies):
+        hidden, weight, bias, targets, scale, lse = ctx.saved_tensors
+        need_hidden, need_weight, need_bias = ctx.needs_input_grad[:3]
+        rows = grad.nonzero().squeeze(-1)
+        g = grad[rows]
+        # d logp / d logits = onehot(target) - softmax, then chain through the 1/s scaling.
+        grad_logits = _scaled_logits(hidden[rows], weight, bias, scale[rows])
+        grad_logits.sub_(lse[rows, None]).exp_().mul_(-g[:, None])
+        grad_logits[torch.arange(len(rows), device=rows.device), targets[rows]] += g
+        grad_logits.div_(scale[rows, None].to(grad_logits.dtype))
+        grad_logits = grad_logits.to(hidden.dtype)
+        grad_hidden = grad_weight = grad_bias = None
+        if need_hidden:
+            grad_hidden = torch.zeros_like(hidden)
+            grad_hidden[rows] = grad_logits @ weight
+        if need_weight:
+            grad_weight = (grad_logits.t() @ hidden[rows]).to(weight.dtype)
+        if need_bias and bias is not None:
+            grad_bias = grad_logits.sum(0).to(bias.dtype)
+        return grad_hidden, grad_weight, grad_bias, None, None, None
 
 
-def gather_logprobs(model, batch: MicroBatch, *, score_obs: bool = True,
+def _scaled_logits(hidden, weight, bias, scale):
+    """``(h Wᵀ + b) / s`` in at least float32; the 1/s scaling is applied to ``h`` ([rows,
+    hidden]), not to the much wider logits."""
+    dtype = torch.promote_types(hidden.dtype, torch.float32)
+    logits = torch.nn.functional.linear(hidden / scale[:, None].to(hidden.dtype), weight).to(dtype)
+    if bias is not None:
+        logits += bias.to(dtype)[None, :] / scale[:, None].to(dtype)
+    return logits
+
+
+def gather_logprobs(model, batch: MicroBatch, *, score_obs: bool | torch.Tensor = True,
                     action_temperature: float = 1.0, with_entropy: bool = False,
-                    chunk_size: int = 2048) -> tuple[torch.Tensor, torch.Tensor | None]:
+                    chunk_size: int = 512) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Target-token log-probs at the action (and observation) positions of ``batch``.
 
-    Returns ``(logprobs, entropies)``, both ``[B, L]`` and zero at unscored positions;
-    ``entropies`` (no gradient; action positions only, tempered like the action logits) is None
-    unless ``with_entropy``.
+    ``score_obs`` is a bool for all rows or a ``[B]`` bool tensor of the rows whose observation
+    tokens are scored. Returns ``(logprobs, entropies)``, both ``[B, L]`` and zero at unscored
+    positions; ``entropies`` (no gradient; action positions only, tempered like the action
+    logits) is None unless ``with_entropy``.
     """
     decoder, head = split_causal_lm(model)
-    hidden = decoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                     use_cache=False).last_hidden_state
-    score = batch.action_mask | batch.obs_mask if score_obs else batch.action_mask
-    score = score.clone()
+    # Rows are right-padded, so under the causal mask a real token never attends to padding:
+    # no padding mask is needed, and without one the attention takes its plain causal path
+    # instead of building and applying a [rows, 1, L, L] mask.
+    hidden = decoder(input_ids=batch.input_ids, use_cache=False).last_hidden_state
+    if isinstance(score_obs, bool):
+        score_obs = torch.full(batch.action_mask.shape[:1], score_obs, device=hidden.device)
+    score = batch.action_mask | (batch.obs_mask & score_obs[:, None])
     score[:, 0] = False  # position 0 has no predecessor (serialize() keeps >= 1 prompt token)
     rows, cols = score.nonzero(as_tuple=True)
     states = hidden[rows, cols - 1]
     targets = batch.input_ids[rows, cols]
     temperature = action_temperature if action_temperature > 0 else 1.0
-    scale = torch.where(batch.action_mask[rows, cols], temperature, 1.0).to(torch.float32)
-    pieces = []
+    is_action = batch.action_mask[rows, cols]
+    scale = torch.where(is_action, temperature, 1.0).to(torch.float32)
+    want_entropy = is_action & with_entropy
+    pieces, entropy_pieces = [], []
     for start in range(0, len(rows), chunk_size):
         part = slice(start, start + chunk_size)
-        args = (states[part], targets[part], head.weight, head.bias, scale[part])
-        if torch.is_grad_enabled():
-            pieces.append(checkpoint(_head_logprobs, *args, use_reentrant=False))
-        else:
-            pieces.append(_head_logprobs(*args))
+        logprobs, entropies = HeadTargetLogprobs.apply(states[part], head.weight, head.bias,
+                                                       targets[part], scale[part],
+                                                       want_entropy[part])
+        pieces.append(logprobs)
+        entropy_pieces.append(entropies)
     values = torch.cat(pieces) if pieces else states.new_zeros(0, dtype=torch.float32)
     logprobs = torch.zeros(score.shape, dtype=torch.float32, device=values.device)
     logprobs = logprobs.index_put((rows, cols), values)
     entropies = None
     if with_entropy:
         entropies = torch.zeros(score.shape, dtype=torch.float32, device=values.device)
-        action_pos = batch.action_mask[rows, cols]
-        with torch.no_grad():
-            a_states, a_rows, a_cols = states[action_pos], rows[action_pos], cols[action_pos]
-            for start in range(0, len(a_rows), chunk_size):
-                part = slice(start, start + chunk_size)
-                logits = head(a_states[part]).float() / temperature
-                logp = logits.log_softmax(-1)
-                entropies[a_rows[part], a_cols[part]] = -(logp.exp() * logp).sum(-1)
+        if entropy_pieces:
+            entropies[rows, cols] = torch.cat(entropy_pieces)
     return logprobs, entropies
 
 
@@ -143,7 +200,7 @@ def objective_weights(samples: list[Sample], selected: torch.Tensor,
 
 
 def micro_batch_loss(model, batch: MicroBatch, w_rl: torch.Tensor, w_wm: torch.Tensor,
-                     settings: ObjectiveSettings, chunk_size: int = 2048
+                     settings: ObjectiveSettings, chunk_size: int = 512
                      ) -> tuple[torch.Tensor, dict[str, float]]:
     """This micro-batch's share of the objective, and summed statistics for logging.
 
@@ -155,7 +212,7 @@ def micro_batch_loss(model, batch: MicroBatch, w_rl: torch.Tensor, w_wm: torch.T
     w_rl, w_wm = w_rl.to(device), w_wm.to(device)
     wm_rows = w_wm > 0
     logprobs, entropies = gather_logprobs(
-        model, batch, score_obs=bool(wm_rows.any()),
+        model, batch, score_obs=wm_rows,
         action_temperature=settings.action_temperature, with_entropy=True, chunk_size=chunk_size)
     action = batch.action_mask
     token_loss, clipped = ppo_clip_token_loss(logprobs, batch.old_logprobs,

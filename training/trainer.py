@@ -194,15 +194,20 @@ class PaWTrainer:
         return self._metrics(batch, totals, norms, update_time)
 
     # -- pieces of an update ------------------------------------------------------------------
-    def _micro_batches(self, batch: RolloutBatch, rows: list[int]) -> list[list[int]]:
-        parts = token_budget_batches([len(batch.samples[i]) for i in rows], self.config.token_budget)
+    def _micro_batches(self, batch: RolloutBatch, rows: list[int],
+                       with_obs: bool = True) -> list[list[int]]:
+        samples = batch.samples
+        lengths = [len(samples[i]) if with_obs else samples[i].prompt_len + samples[i].action_len
+                   for i in rows]
+        parts = token_budget_batches(lengths, self.config.token_budget)
         return [[rows[i] for i in part] for part in parts]
 
     @torch.no_grad()
     def _attach_reference_logprobs(self, batch: RolloutBatch) -> None:
+        # The reference scores action tokens only, so the rows go without their observations.
         with self.reference.active() as reference:
-            for rows in self._micro_batches(batch, list(range(len(batch.samples)))):
-                mb = collate(batch.samples, rows, self.policy.pad_id, self.device)
+            for rows in self._micro_batches(batch, list(range(len(batch.samples))), False):
+                mb = collate(batch.samples, rows, self.policy.pad_id, self.device, with_obs=False)
                 logprobs, _ = gather_logprobs(reference, mb, score_obs=False,
                                               action_temperature=self.settings.action_temperature,
                                               chunk_size=self.config.logits_chunk)
