@@ -68,6 +68,20 @@ def test_cli_reports_bad_config_without_traceback(tmp_path, capsys):
     assert "algo='dpo'" in capsys.readouterr().err
 
 
+def test_evaluate_passes_env_kwargs_even_when_named_like_its_own_parameters():
+    from agents.baselines import RandomAgent
+
+    seeds = list(range(20))
+    one_number = evaluate(RandomAgent(), ENV, seeds, env_kwargs={"high": 1})
+    assert one_number.row().success == 100.0  # "guess 1" is the only admissible action
+    assert evaluate(RandomAgent(), ENV, seeds).row().success < 100.0
+    # `progress` is evaluate's own switch; through env_kwargs it reaches the env's constructor
+    with pytest.raises(TypeError, match="progress"):
+        evaluate(RandomAgent(), ENV, seeds, progress=False, env_kwargs={"progress": True})
+    with pytest.raises(ValueError, match="both"):
+        evaluate(RandomAgent(), ENV, seeds, high=2, env_kwargs={"high": 1})
+
+
 def test_sft_on_expert_demos_teaches_the_action_format(tiny_model_dir, tmp_path):
     replay = record_expert_demos(ENV, 24, tmp_path / "demos", seed=0)
     seeds = list(range(100, 112))

@@ -145,11 +145,13 @@ def default_temperature(env_id: str) -> float:
 def evaluate(agent, env_id: str, task_seeds: Sequence[int], *, temperature: float | None = None,
              max_new_tokens: int = 512, max_steps: int | None = None, seed: int = 0,
              trials: int = 1, progress: bool = False, meta: dict[str, Any] | None = None,
-             **env_settings: Any) -> EvalResult:
+             env_kwargs: dict[str, Any] | None = None, **env_settings: Any) -> EvalResult:
     """Play one episode per task seed with ``agent`` (a policy or an ``agents`` Agent).
 
     ``trials > 1`` replays the same tasks (Reflexion learns between trials); the table is
-    that of the last trial. ``env_settings`` go to ``agents.rollout`` (template, split ...).
+    that of the last trial. ``env_settings`` (template, split ...) and ``env_kwargs`` go to
+    ``agents.envs.make_agent_env``; use ``env_kwargs`` for an env argument whose name is also
+    a parameter here (e.g. ALFWorld's ``progress``).
     """
     from agents.envs import env_factory
     from agents.rollout import rollout
@@ -157,6 +159,10 @@ def evaluate(agent, env_id: str, task_seeds: Sequence[int], *, temperature: floa
     if not task_seeds:
         raise ValueError("evaluate needs at least one task seed")
     temperature = default_temperature(env_id) if temperature is None else temperature
+    clashing = sorted(set(env_settings) & set(env_kwargs or {}))
+    if clashing:
+        raise ValueError(f"{clashing} given both as keyword arguments and in env_kwargs")
+    env_settings = {**env_settings, **(env_kwargs or {})}
     trajectories: list[Trajectory] = []
     for _ in range(max(1, trials)):
         trajectories = rollout(agent, env_factory(env_id, **env_settings), len(task_seeds), 1,
