@@ -34,9 +34,12 @@ EXTRAS = {
     # logprobs_mode="processed_logprobs"; on CPU use `python -m agents.vllm_venv`.)
     "vllm": ["vllm>=0.11"],
     "parquet": ["pyarrow>=14"],
+    # TensorBoard / Weights & Biases logging (TrainConfig.tensorboard / .wandb).
+    "logging": ["tensorboard>=2.15", "wandb>=0.17"],
     "dev": ["pytest>=8", "pytest-timeout>=2.2", "hypothesis>=6.100", "pyarrow>=14", "datasets>=2.19"],
 }
-EXTRAS["all"] = sorted({dep for name in ("webshop", "alfworld", "search", "train", "parquet")
+EXTRAS["all"] = sorted({dep for name in ("webshop", "alfworld", "search", "train", "parquet",
+                                          "logging")
                         for dep in EXTRAS[name]})
 
 setup(

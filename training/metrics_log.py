@@ -55,7 +55,7 @@ class MetricsLogger:
             for key, value in numeric.items():
                 self._tb.add_scalar(key, value, step)
         if self._wandb is not None:
-            self._wandb.log(numeric, step=step)
+            self._wandb.log(numeric, step=step, commit=True)  # one record per training step
 
     def close(self) -> None:
         self._file.close()
