@@ -40,8 +40,9 @@ def summary(quick: bool) -> str:
     from benchmarks.overhead import pooled_step_ratio
 
     overheads = [("WebShop", C.RESULTS / f"overhead{tag}.json")]
-    if not quick:
-        overheads.insert(0, ("ALFWorld", C.RESULTS / "overhead_alfworld.json"))
+    if not quick:  # the two extra runs of benchmarks/README.md, when they have been made
+        overheads = [("ALFWorld", C.RESULTS / "overhead_alfworld.json"), *overheads,
+                     ("WebShop, max_obs_tokens 64", C.RESULTS / "overhead_webshop_obs64.json")]
     for env, path in overheads:
         if not path.is_file():
             continue
