@@ -189,7 +189,8 @@ def evaluate_policy(policy, env: str, episodes: int | None = None, seed: int = 0
 
 
 def train_config(env: str, model: Path, output_dir: Path, **overrides: Any):
-    """A TrainConfig for ``env`` at tiny CPU scale; ``overrides`` win."""
+    """A TrainConfig for ``env`` at tiny CPU scale; ``overrides`` win. ``max_seq_len`` is long
+    enough that no rollout prompt is cut (the nano model's context is 4096 tokens)."""
     from training.config import TrainConfig
 
     preset = PRESETS[env]
@@ -198,7 +199,7 @@ def train_config(env: str, model: Path, output_dir: Path, **overrides: Any):
         history_length=preset.history_length, max_episode_steps=preset.max_steps,
         r_max=preset.r_max, lora=False, n_groups=4, group_size=4,
         max_new_tokens=preset.max_new_tokens, total_steps=10, lr=2e-4, mini_batch_size=0,
-        token_budget=16384, max_seq_len=2048, max_obs_tokens=256, output_dir=str(output_dir),
+        token_budget=16384, max_seq_len=8192, max_obs_tokens=256, output_dir=str(output_dir),
         save_every=0, keep_checkpoints=1, device="cpu", progress=False, seed=0)
     values.update(preset.extra)
     values.update(overrides)
