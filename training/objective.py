@@ -123,7 +123,8 @@ def _scaled_logits(hidden, weight, bias, scale):
 def gather_logprobs(model, batch: MicroBatch, *, score_obs: bool | torch.Tensor = True,
                     action_temperature: float = 1.0, with_entropy: bool = False,
                     chunk_size: int = 512) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Target-token log-probs at the action (and observation) positions of ``batch``.
+    """Target-token log-probs at the action (and observation) positions of ``batch``, whose
+    rows must be right-padded (as :func:`training.batch.collate` makes them).
 
     ``score_obs`` is a bool for all rows or a ``[B]`` bool tensor of the rows whose observation
     tokens are scored. Returns ``(logprobs, entropies)``, both ``[B, L]`` and zero at unscored
