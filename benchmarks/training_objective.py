@@ -52,7 +52,7 @@ def ours(model, samples, batch):
     w_rl, w_wm = objective_weights(samples, sel, {0: 1.0, 1: 1.0}, settings)
     loss, _ = micro_batch_loss(model, batch, w_rl, w_wm, settings, chunk_size=CHUNK)
     loss.backward()
-    return float(loss)
+    return loss.item()
 
 
 def naive(model, samples, batch):
@@ -69,7 +69,7 @@ def naive(model, samples, batch):
     loss = (w_rl * (tok * batch.action_mask).sum(-1)).sum()
     loss = loss + (w_wm * wm_token_loss(logp, batch.obs_mask, "cmae", 0.2)).sum()
     loss.backward()
-    return float(loss)
+    return loss.item()
 
 
 def _peak_child(name: str, args: argparse.Namespace, queue) -> None:
