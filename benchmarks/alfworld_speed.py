@@ -3,7 +3,9 @@
 Measures, on the same games and the same command sequences (A/B alternated per game):
 
 * reset: upstream ``PddlEnv`` + alfworld's demangler (``load`` + ``reset``, what ``AlfredTWEnv``
-  does for each new game) vs ``ALFWorldEngine.reset`` (first time, and from its cache);
+  does for each new game) vs ``ALFWorldEngine.reset``: first time (translating the game), with
+  the translation on disk but nothing in memory (a new process, or a game evicted from the
+  in-memory cache), and from the in-memory cache;
 * step: p50 / p99 per command for both;
 * steps/s of ``PaW/ALFWorld-v0`` with 1 env, and 2 and 8 envs in ``AsyncVectorEnv`` (random
   admissible actions, autoreset, after every game was parsed once: the steady state of training);
@@ -21,6 +23,7 @@ import argparse
 import json
 import random
 import resource
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -52,10 +55,17 @@ def commands_for(game_file: str) -> list[str]:
 
 
 def bench_engines(games, rounds: int) -> None:
-    from paw_gym.alfworld.engine import ALFWorldEngine
+    import tempfile
 
-    reference, ours = upstream_env(), ALFWorldEngine(cache_size=len(games) + 1)
-    times = {"ref_reset": [], "our_first_reset": [], "our_reset": [], "ref_step": [], "our_step": []}
+    from paw_gym.alfworld import engine as engine_module
+
+    # An empty translation cache, so that the first reset of a game really translates it.
+    disk_cache = Path(tempfile.mkdtemp(prefix="paw_gym_sas_"))
+    engine_module.translation_cache_dir = lambda: disk_cache  # looked up at each load
+    reference = upstream_env()
+    ours = engine_module.ALFWorldEngine(cache_size=len(games) + 1)
+    times = {"ref_reset": [], "our_first_reset": [], "our_disk_reset": [], "our_reset": [],
+             "ref_step": [], "our_step": []}
     for round_index in range(rounds):
         for game in games:
             commands = commands_for(game.game_file)
@@ -74,6 +84,11 @@ def bench_engines(games, rounds: int) -> None:
                     start = time.perf_counter()
                     ours.reset(game.game_file)
                     times["our_first_reset" if first else "our_reset"].append(time.perf_counter() - start)
+                    if first:  # again, with the translation on disk but nothing in memory
+                        ours.forget(game.game_file)
+                        start = time.perf_counter()
+                        ours.reset(game.game_file)
+                        times["our_disk_reset"].append(time.perf_counter() - start)
                     for command in commands:
                         start = time.perf_counter()
                         ours.step(command)
@@ -85,11 +100,13 @@ def bench_engines(games, rounds: int) -> None:
             print(f"{key:28}{pct(values, 50):9.1f}{pct(values, 99):9.1f}{len(values):7d}")
     ref_reset = np.median(times["ref_reset"])
     for label, key in (("reset, game not cached yet", "our_first_reset"),
+                       ("reset, translation on disk", "our_disk_reset"),
                        ("reset, game in the cache", "our_reset"), ("step", "our_step")):
         ref = ref_reset if "reset" in key else np.median(times["ref_step"])
         if times[key]:
             print(f"{label:28}speed-up (p50, upstream / ours): {ref / np.median(times[key]):.1f}x")
     ours.close()
+    shutil.rmtree(disk_cache, ignore_errors=True)
 
 
 def random_policy_steps(env, steps: int, rng: random.Random) -> float:

@@ -16,7 +16,7 @@ from paw_gym.alfworld import pddl  # noqa: E402
 from paw_gym.alfworld.generate import GenerationConfig, generate, split_dir  # noqa: E402
 from paw_gym.alfworld.scenes import load_scene, scene_numbers  # noqa: E402
 from paw_gym.alfworld.tasks import TASK_TYPES, NoTaskHere, sample_task  # noqa: E402
-from tests.test_alfworld_fixtures import shared_cache  # noqa: E402
+from tests.test_alfworld_fixtures import cache_env, shared_cache  # noqa: E402
 
 
 def _games(root: Path) -> list[Path]:
@@ -93,6 +93,38 @@ def test_fast_engine_matches_upstream_engine_text_and_commands():
         assert engine.won
     assert engine._logics, "stock ALFWorld grammars should share one parsed grammar"
     engine.close()
+
+
+def test_translations_cached_on_disk_replay_games_identically(tmp_path, monkeypatch):
+    from paw_gym.alfworld import engine as engine_module
+
+    _, root = shared_cache()
+    games = _games(root)[:2]
+    translations = []
+    translate = engine_module._translate
+    monkeypatch.setattr(engine_module, "_translate",
+                        lambda *args: translations.append(1) or translate(*args))
+
+    def play(game_file):
+        engine = engine_module.ALFWorldEngine(cache_size=1)  # a fresh engine: nothing in memory
+        texts = [engine.reset(game_file)]
+        for command in json.loads(game_file.read_text())["walkthrough"]:
+            texts.append(engine.step(command))
+        won = engine.won
+        engine.close()
+        return texts, won
+
+    with cache_env(tmp_path):
+        first = [play(game) for game in games]
+        entries = sorted(engine_module.translation_cache_dir().glob("*.pkl.z"))
+        assert len(translations) == 2 and len(entries) == 2
+        assert [play(game) for game in games] == first  # from disk: no new translation
+        assert len(translations) == 2 and all(won for _, won in first)
+        for entry in entries:
+            entry.write_bytes(b"not a pickle")  # damaged entries are translated again
+        assert [play(game) for game in games] == first
+        assert len(translations) == 4
+        assert not list(engine_module.translation_cache_dir().glob("*.tmp"))
 
 
 def test_sampled_tasks_follow_object_rules_and_never_start_won():

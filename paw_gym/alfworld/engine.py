@@ -8,6 +8,9 @@ and robustness:
   the PDDL -> SAS translation and the initial facts. A reset then only reloads the SAS task into
   the planner library and copies the initial facts (the engine's own reset translates the
   problem twice, ~0.3-1 s).
+* The PDDL -> SAS translation, ~90 % of loading a game, is also kept on disk
+  (``$PAW_GYM_CACHE/alfworld/sas``), so a game another process or an earlier run has loaded
+  loads without translating again.
 * The text of a command depends only on its grounded action (``go to cabinet 3``), so it is
   derived through the grammar once per action instead of once per admissible action per step.
 * ``fast_downward.pddl2sas`` overwrites ``sys.argv``; it is restored here.
@@ -18,9 +21,14 @@ The translation optimised for replanning is skipped: nothing here calls the plan
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+import os
+import pickle
 import re
 import sys
+import tempfile
+import zlib
 from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -108,6 +116,51 @@ def _translate(domain: str, problem: str):
         return fast_downward.pddl2sas(domain, problem, optimize=False)
     finally:
         sys.argv[:] = saved
+
+
+@lru_cache(maxsize=None)
+def _translator_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fast-downward-textworld")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def translation_cache_dir() -> Path:
+    """Where translated tasks are kept (``$PAW_GYM_CACHE/alfworld/sas``, read at each call)."""
+    from paw_gym.alfworld.data import cache_root
+
+    return cache_root() / "sas"
+
+
+def _translate_cached(domain: str, problem: str):
+    """:func:`_translate` through an on-disk cache keyed by the PDDL text and the translator
+    version. A missing, unreadable or corrupt entry is translated again and rewritten; entries
+    are written to a temporary file and renamed, so parallel workers never read half a file."""
+    key = hashlib.sha256("\0".join((_translator_version(), domain, problem)).encode()).hexdigest()
+    path = translation_cache_dir() / f"{key}.pkl.z"
+    try:
+        return pickle.loads(zlib.decompress(path.read_bytes()))
+    except FileNotFoundError:
+        pass
+    except Exception:  # noqa: BLE001 - a damaged entry is only a cache miss
+        path.unlink(missing_ok=True)
+    translated = _translate(domain, problem)
+    temporary = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # zlib level 1: ~15 kB instead of ~140 kB per game, 0.3 ms to decompress
+        data = zlib.compress(pickle.dumps(translated, protocol=pickle.HIGHEST_PROTOCOL), 1)
+        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as handle:
+            temporary = Path(handle.name)
+            handle.write(data)
+        os.replace(temporary, path)
+    except OSError:  # a read-only or full cache directory only costs the next load a translation
+        if temporary is not None:
+            temporary.unlink(missing_ok=True)
+    return translated
 
 
 @lru_cache(maxsize=None)
@@ -232,7 +285,7 @@ class ALFWorldEngine:
 
     def _load(self, path: str, data: dict) -> LoadedGame:
         logic = self._logic(data["pddl_domain"], data["grammar"])
-        task, sas_text = _translate(data["pddl_domain"], data["pddl_problem"])
+        task, sas_text = _translate_cached(data["pddl_domain"], data["pddl_problem"])
         sas = sas_text.encode("utf-8")
         # Build the initial state the engine's way once, minus the replanning translation.
         import fast_downward
