@@ -52,6 +52,8 @@ def test_each_algorithm_trains_with_and_without_paw(tiny_model_dir, tmp_path, al
                 "peak_mem_mb"):
         assert math.isfinite(last[key]), key
     assert last["skipped_updates"] == 0
+    # The first mini-batch scores the rollout's own actions with the sampler's own weights
+    assert all(h["rollout_logprob_gap"] < 1e-4 for h in history)
     if paw:
         assert last["wm_selected"] == math.ceil(0.75 * last["transitions"] - 1e-9)
         assert 0 < last["wm_loss"] <= 1.0  # CMAE per transition is bounded by 1
@@ -80,6 +82,13 @@ def _episode(task, group, rewards, prompt_ids, response_ids):
                    terminated=False, truncated=False, invalid_action=False)
         for r in rewards]
     return Trajectory(task_id=task, task_type="guess", group_index=group, transitions=transitions)
+
+
+def test_vllm_rollouts_need_lora_and_a_known_backend(tmp_path):
+    with pytest.raises(ValueError, match="needs lora: true"):
+        TrainConfig(rollout_backend="vllm", lora=False, output_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="rollout_backend"):
+        TrainConfig(rollout_backend="sglang", output_dir=str(tmp_path))
 
 
 def test_nan_reward_skips_the_update_and_keeps_weights(tiny_model_dir, tmp_path):

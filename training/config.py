@@ -46,6 +46,13 @@ class TrainConfig:
     """Module names that get adapters."""
     gradient_checkpointing: bool = False
     """Recompute decoder activations in backward (less memory, ~30% more compute)."""
+    rollout_backend: str = "hf"
+    """Who samples the rollouts: ``hf`` (the training model itself) or ``vllm`` (a vLLM engine
+    on the same base model that gets the current LoRA adapter before every rollout; needs
+    ``lora: true`` and an importable vLLM: the ``[vllm]`` extra on a GPU machine)."""
+    vllm_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra ``vllm.LLM`` arguments for ``rollout_backend: vllm`` (e.g.
+    ``{gpu_memory_utilization: 0.5}``)."""
     # -- environment ---------------------------------------------------------------------------
     env_id: str = "PaW/WebShop-v0"
     """Registered text env to train on."""
@@ -174,6 +181,11 @@ class TrainConfig:
             raise bad("rl_agg", "token | sequence")
         if self.lr_schedule not in ("constant", "cosine"):
             raise bad("lr_schedule", "constant | cosine")
+        if self.rollout_backend not in ("hf", "vllm"):
+            raise bad("rollout_backend", "hf | vllm")
+        if self.rollout_backend == "vllm" and not self.lora:
+            raise ValueError("rollout_backend='vllm' needs lora: true (the trained LoRA adapter is "
+                             "what is synced to the vLLM engine before every rollout)")
         for name in ("n_groups", "group_size", "max_new_tokens", "token_budget", "max_seq_len",
                      "ppo_epochs"):
             if getattr(self, name) < 1:

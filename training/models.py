@@ -61,6 +61,23 @@ def build_policy(config: TrainConfig):
     return policy
 
 
+def build_vllm_policy(config: TrainConfig):
+    """An ``agents.VLLMPolicy`` on the same base weights as :func:`build_policy`, ready to take
+    the trained LoRA adapter (``rollout_backend: vllm``)."""
+    from agents.vllm_policy import VLLMPolicy
+
+    source = config.model
+    if config.init_checkpoint and not is_adapter_dir(config.init_checkpoint):
+        source = config.init_checkpoint
+    kwargs = dict(config.vllm_kwargs)
+    if config.dtype != "auto":
+        kwargs.setdefault("dtype", config.dtype)
+    # vLLM accepts a few rank limits (8, 16, 32, ...): the smallest power of two >= 8 that fits
+    max_rank = max(8, 1 << (config.lora_r - 1).bit_length())
+    return VLLMPolicy(source, tokenizer=config.model if source != config.model else None,
+                      max_lora_rank=max_rank, seed=config.seed, **kwargs)
+
+
 def trainable_parameters(model) -> list[torch.nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 

@@ -230,6 +230,9 @@ def micro_batch_loss(model, batch: MicroBatch, w_rl: torch.Tensor, w_wm: torch.T
     loss = (w_rl * per_row_rl).sum()
     stats = {
         "action_tokens": float(action.sum()),
+        # |log pi_train(a) - log pi_rollout(a)|: ~0 before the first optimizer step of an update
+        # unless the sampler's weights or numerics differ from the trained model's
+        "logprob_gap_sum": float(((logprobs.detach() - batch.old_logprobs).abs() * action).sum()),
         "clipped_tokens": float((clipped & action).sum()),
         "kl_sum": float((kl.detach() * action).sum()),
         "entropy_sum": float((entropies * action).sum()),

@@ -20,7 +20,8 @@ from training import checkpoint as ckpt
 from training.batch import collate, token_budget_batches
 from training.config import TrainConfig, save_config
 from training.metrics_log import MetricsLogger, plot_curves
-from training.models import Reference, ValueModel, build_policy, trainable_parameters
+from training.models import (Reference, ValueModel, build_policy, build_vllm_policy,
+                             trainable_parameters)
 from training.objective import (ObjectiveSettings, gather_logprobs, micro_batch_loss,
                                 objective_weights)
 from training.rollout_batch import RolloutBatch, build_batch
@@ -71,6 +72,10 @@ class PaWTrainer:
         self.optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.reference = Reference(self.model, config.lora) if config.kl_coef > 0 else None
+        # The sampler: the training model itself, or a vLLM engine given the current adapter
+        # before every rollout (see _rollout_policy).
+        self.vllm = build_vllm_policy(config) if config.rollout_backend == "vllm" else None
+        self._vllm_synced_step: int | None = None
         self.critic = self.critic_optimizer = None
         if config.algo == "ppo":
             self.critic = ValueModel(self.model).to(self.device)
@@ -144,8 +149,8 @@ class PaWTrainer:
         n_tasks = config.n_groups * (config.group_size if ppo else 1)
         task_seeds = [rng.randrange(config.train_task_seeds) for _ in range(n_tasks)]
         start = time.perf_counter()
-        trajectories = self.collect(self.policy, task_seeds, 1 if ppo else config.group_size,
-                                    config.temperature, step_seed)
+        trajectories = self.collect(self._rollout_policy(), task_seeds,
+                                    1 if ppo else config.group_size, config.temperature, step_seed)
         rollout_time = time.perf_counter() - start
         metrics = self.update(trajectories)
         generated = sum(len(s.output.response_ids) for t in trajectories for s in t.transitions)
@@ -153,6 +158,19 @@ class PaWTrainer:
                        gen_tokens_per_s=generated / max(rollout_time, 1e-9))
         self.step += 1
         return metrics
+
+    def _rollout_policy(self):
+        """The policy that samples this step's rollout. With vLLM, the adapter as trained so far
+        is saved to ``<output_dir>/rollout-adapter`` and registered under a new id, so the
+        engine samples from exactly the weights the update will start from."""
+        if self.vllm is None:
+            return self.policy
+        if self._vllm_synced_step != self.step:
+            path = Path(self.config.output_dir) / "rollout-adapter"
+            self.model.save_pretrained(path)
+            self.vllm.load_adapter(path)
+            self._vllm_synced_step = self.step
+        return self.vllm
 
     def update(self, trajectories: list[Trajectory]) -> dict[str, Any]:
         """Advantages and optimizer steps on one rollout; returns this update's metrics."""
@@ -186,6 +204,9 @@ class PaWTrainer:
             for begin in range(0, n, size):
                 rows = order[begin:begin + size]
                 norm = self._optimize(batch, rows, totals)
+                if "rollout_gap_sum" not in totals:  # first mini-batch: still the sampler's weights
+                    totals["rollout_gap_sum"] = totals.get("logprob_gap_sum", 0.0)
+                    totals["rollout_gap_tokens"] = totals.get("action_tokens", 0.0)
                 if norm is not None:
                     norms.append(norm)
                 if self.critic is not None:
@@ -276,6 +297,7 @@ class PaWTrainer:
             "policy_loss": totals.get("rl_loss", 0.0) / n_steps,
             "clip_frac": per("clipped_tokens", totals.get("action_tokens", 0.0)),
             "kl": per("kl_sum", totals.get("action_tokens", 0.0)),
+            "rollout_logprob_gap": per("rollout_gap_sum", totals.get("rollout_gap_tokens", 0.0)),
             "action_entropy": per("entropy_sum", totals.get("action_tokens", 0.0)),
             "lambda_mean": float(np.mean(lambdas)) if lambdas else 0.0,
             "wm_loss": per("wm_loss_sum", totals.get("wm_rows", 0.0)),
