@@ -138,7 +138,8 @@ def translation_cache_dir() -> Path:
 def _translate_cached(domain: str, problem: str):
     """:func:`_translate` through an on-disk cache keyed by the PDDL text and the translator
     version. A missing, unreadable or corrupt entry is translated again and rewritten; entries
-    are written to a temporary file and renamed, so parallel workers never read half a file."""
+    are written to a temporary file and renamed, so parallel workers never read half a file.
+    The entries are pickles this package wrote itself, in a folder it creates for its user only."""
     key = hashlib.sha256("\0".join((_translator_version(), domain, problem)).encode()).hexdigest()
     path = translation_cache_dir() / f"{key}.pkl.z"
     try:
@@ -150,7 +151,8 @@ def _translate_cached(domain: str, problem: str):
     translated = _translate(domain, problem)
     temporary = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        # Only this user may write entries that this process will unpickle.
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         # zlib level 1: ~15 kB instead of ~140 kB per game, 0.3 ms to decompress
         data = zlib.compress(pickle.dumps(translated, protocol=pickle.HIGHEST_PROTOCOL), 1)
         with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as handle:
