@@ -91,6 +91,15 @@ def test_vllm_rollouts_need_lora_and_a_known_backend(tmp_path):
         TrainConfig(rollout_backend="sglang", output_dir=str(tmp_path))
 
 
+def test_vllm_rollouts_without_vllm_installed_say_how_to_get_it(tiny_model_dir, tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    with pytest.raises(RuntimeError, match=r"pip install -e '\.\[vllm\]'"):
+        PaWTrainer(_config(tiny_model_dir, tmp_path, rollout_backend="vllm"))
+
+
 def test_nan_reward_skips_the_update_and_keeps_weights(tiny_model_dir, tmp_path):
     trainer = PaWTrainer(_config(tiny_model_dir, tmp_path, algo="grpo"))
     ids = trainer.tokenizer("guess 1 Go higher", add_special_tokens=False)["input_ids"]

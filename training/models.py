@@ -64,8 +64,14 @@ def build_policy(config: TrainConfig):
 def build_vllm_policy(config: TrainConfig):
     """An ``agents.VLLMPolicy`` on the same base weights as :func:`build_policy`, ready to take
     the trained LoRA adapter (``rollout_backend: vllm``)."""
+    import importlib.util
+
     from agents.vllm_policy import VLLMPolicy
 
+    if importlib.util.find_spec("vllm") is None:
+        raise RuntimeError("rollout_backend: vllm needs vLLM in this environment: "
+                           "pip install -e '.[vllm]' on a GPU machine; on a CPU machine, run "
+                           "in the venv that `python -m agents.vllm_venv` builds")
     source = config.model
     if config.init_checkpoint and not is_adapter_dir(config.init_checkpoint):
         source = config.init_checkpoint
