@@ -95,6 +95,15 @@ class Span:
         self.cpu += cpu - self._start[1]
 
 
+def timed(function, span):
+    """``function`` with each call timed into the :class:`Span` that ``span()`` returns at call
+    time (spans are replaced between steps)."""
+    def wrapper(*args, **kwargs):
+        with span():
+            return function(*args, **kwargs)
+    return wrapper
+
+
 class PhaseTimer:
     """Times one trainer's forward passes (``micro_batch_loss``) and its optimisation calls
     (forward + backward + optimizer step) by wrapping them; the trainer's code is unchanged."""
@@ -107,33 +116,17 @@ class PhaseTimer:
         self.optimize = Span()
         if not PhaseTimer._patched:
             import training.trainer as trainer_module
-
-            original_loss = trainer_module.micro_batch_loss
-
-            def timed_loss(*args, **kwargs):
-                with PhaseTimer.forward:
-                    return original_loss(*args, **kwargs)
-
-            trainer_module.micro_batch_loss = timed_loss
             from training.objective import HeadTargetLogprobs
 
-            def timed(method):
-                def wrapper(*args, **kwargs):
-                    with PhaseTimer.head:
-                        return method(*args, **kwargs)
-                return staticmethod(wrapper)
-
+            trainer_module.micro_batch_loss = timed(trainer_module.micro_batch_loss,
+                                                    lambda: PhaseTimer.forward)
             # autograd looks both up on the class at call time
-            HeadTargetLogprobs.forward = timed(HeadTargetLogprobs.forward)
-            HeadTargetLogprobs.backward = timed(HeadTargetLogprobs.backward)
+            for name in ("forward", "backward"):
+                method = getattr(HeadTargetLogprobs, name)
+                setattr(HeadTargetLogprobs, name,
+                        staticmethod(timed(method, lambda: PhaseTimer.head)))
             PhaseTimer._patched = True
-        original_optimize = trainer._optimize
-
-        def timed_optimize(*args, **kwargs):
-            with self.optimize:
-                return original_optimize(*args, **kwargs)
-
-        trainer._optimize = timed_optimize
+        trainer._optimize = timed(trainer._optimize, lambda: self.optimize)
 
     def reset(self):
         PhaseTimer.forward = Span()
