@@ -63,5 +63,16 @@ class UserError(Exception):
     """A mistake in what the user asked for: printed as one line, no traceback."""
 
 
+def config_from_args(args, cls):
+    """The ``cls`` config from ``--config`` (YAML) and the field flags (which win); a bad file
+    or value is a :class:`UserError`."""
+    from training.config import load_config, overrides_from_args
+
+    try:
+        return load_config(args.config, overrides_from_args(args, cls), cls=cls)
+    except (ValueError, FileNotFoundError) as error:
+        raise UserError(str(error)) from error
+
+
 if __name__ == "__main__":
     sys.exit(main())

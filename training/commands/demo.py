@@ -18,14 +18,10 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from training.cli import UserError
-    from training.config import load_config, overrides_from_args
+    from training.cli import config_from_args
     from training.demo import DemoConfig, run_demo
 
-    try:
-        config = load_config(args.config, overrides_from_args(args, DemoConfig), cls=DemoConfig)
-    except (ValueError, FileNotFoundError) as error:
-        raise UserError(str(error)) from error
+    config = config_from_args(args, DemoConfig)
     summary = run_demo(config)
     for label, suffix in (("held-out tasks", ""), ("training-pool tasks", "_train_tasks")):
         before, after = summary["before" + suffix], summary["after" + suffix]

@@ -21,14 +21,10 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from training.cli import UserError
-    from training.config import load_config, overrides_from_args
+    from training.cli import UserError, config_from_args
     from training.sft import SFTConfig, record_expert_demos, run_sft
 
-    try:
-        config = load_config(args.config, overrides_from_args(args, SFTConfig), cls=SFTConfig)
-    except (ValueError, FileNotFoundError) as error:
-        raise UserError(str(error)) from error
+    config = config_from_args(args, SFTConfig)
     if args.record_env:
         extra = {"split": args.split} if args.split else {}
         path = record_expert_demos(args.record_env, args.episodes, config.replay,

@@ -19,14 +19,11 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from training.cli import UserError
-    from training.config import load_config, overrides_from_args
+    from training.cli import UserError, config_from_args
+    from training.config import TrainConfig
 
-    try:
-        config = load_config(args.config, overrides_from_args(args))
-    except (ValueError, FileNotFoundError) as error:
-        raise UserError(str(error)) from error
-    from training.trainer import PaWTrainer
+    config = config_from_args(args, TrainConfig)
+    from training.trainer import PaWTrainer  # torch: only once the config is known to be valid
 
     resume = True if args.resume == "latest" else args.resume
     try:
