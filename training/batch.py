@@ -45,6 +45,10 @@ class Sample:
     def __len__(self) -> int:
         return len(self.input_ids)
 
+    def length(self, with_obs: bool = True) -> int:
+        """Tokens of ``h ⊕ a ⊕ o`` (``with_obs``) or of ``h ⊕ a`` only."""
+        return len(self) if with_obs else self.prompt_len + self.action_len
+
 
 def serialize(prompt_ids: list[int], response_ids: list[int], obs_ids: list[int],
               max_len: int) -> tuple[list[int], int, int, int]:
@@ -116,7 +120,7 @@ def collate(samples: list[Sample], rows: list[int], pad_id: int,
     such as the reference policy's: under the causal mask they cannot change action log-probs).
     """
     chosen = [samples[i] for i in rows]
-    lengths = [len(s) if with_obs else s.prompt_len + s.action_len for s in chosen]
+    lengths = [s.length(with_obs) for s in chosen]
     shape = (len(chosen), max(lengths))
     input_ids = torch.full(shape, pad_id, dtype=torch.long)
     attention = torch.zeros(shape, dtype=torch.long)

@@ -217,9 +217,7 @@ class PaWTrainer:
     # -- pieces of an update ------------------------------------------------------------------
     def _micro_batches(self, batch: RolloutBatch, rows: list[int],
                        with_obs: bool = True) -> list[list[int]]:
-        samples = batch.samples
-        lengths = [len(samples[i]) if with_obs else samples[i].prompt_len + samples[i].action_len
-                   for i in rows]
+        lengths = [batch.samples[i].length(with_obs) for i in rows]
         parts = token_budget_batches(lengths, self.config.token_budget)
         return [[rows[i] for i in part] for part in parts]
 
