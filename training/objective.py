@@ -79,10 +79,10 @@ class HeadTargetLogprobs(torch.autograd.Function):
         lse = logits.logsumexp(-1)
         logprobs = logits.gather(-1, targets[:, None]).squeeze(-1) - lse
         entropies = torch.zeros_like(lse)
-        if entropy_rows.any():
-            part = logits[entropy_rows]
-            entropies[entropy_rows] = lse[entropy_rows] - (
-                part.sub_(lse[entropy_rows, None]).exp_() * logits[entropy_rows]).sum(-1)
+        if entropy_rows.any():  # H = lse - sum(p * logit)
+            part, part_lse = logits[entropy_rows], lse[entropy_rows]
+            probs = (part - part_lse[:, None]).exp_()
+            entropies[entropy_rows] = part_lse - (probs * part).sum(-1)
         ctx.save_for_backward(hidden, weight, bias, targets, scale, lse)
         ctx.mark_non_differentiable(entropies)
         return logprobs, entropies
