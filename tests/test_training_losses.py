@@ -185,16 +185,38 @@ def test_gigpo_anchor_state_groups_hand_computed():
                     [["s0", "s1"], ["s0", "s2", "s1"]], gamma=gamma, omega=1.0)
     ep = 1 / math.sqrt(2)  # episode level: (10-5)/std([10,0]) = 5/7.07
     # step level: anchor s0 -> G = [9.5, 0] -> ±1/sqrt(2); s1 -> G = [10, 0] -> ±1/sqrt(2);
-    # s2 singleton -> raw G = 0.
+    # s2 seen once -> step advantage 0.
     assert out[0].tolist() == pytest.approx([ep + ep, ep + ep], rel=1e-5)
     assert out[1].tolist() == pytest.approx([-ep - ep, -ep + 0.0, -ep - ep], rel=1e-5)
+
+
+def test_gigpo_state_seen_once_has_zero_step_advantage():
+    # GiGPO's step level: A_S = (G_t − mean(G of the anchor group)) / std; an anchor group of one
+    # step has mean G_t, so A_S = 0 however large G_t is (here G = 10 and 9.5 in singletons).
+    # traj 0: s0 -> a -> s1 -(r=10)-> done ; traj 1: s0 -(r=0)-> s2 -(r=0)-> done
+    out = adv.gigpo(torch.tensor([10.0, 0.0]), ["t", "t"],
+                    [torch.tensor([0.0, 10.0]), torch.tensor([0.0, 0.0])],
+                    [["s0", "s1"], ["s0", "s2"]], gamma=0.95, omega=1.0)
+    ep = 5 / math.sqrt(50)           # (10 − 5) / std([10, 0])
+    step0 = 4.75 / math.sqrt(45.125)  # s0: G = [9.5, 0], (9.5 − 4.75) / std
+    assert out[0].tolist() == pytest.approx([ep + step0, ep + 0.0], rel=1e-5)
+    assert out[1].tolist() == pytest.approx([-ep - step0, -ep + 0.0], rel=1e-5)
+    plain = adv.gigpo(torch.tensor([10.0, 0.0]), ["t", "t"],
+                      [torch.tensor([0.0, 10.0]), torch.tensor([0.0, 0.0])],
+                      [["s0", "s1"], ["s0", "s2"]], gamma=0.95, omega=1.0, normalize=False)
+    assert plain[0].tolist() == pytest.approx([5.0 + 4.75, 5.0])
+    assert plain[1].tolist() == pytest.approx([-5.0 - 4.75, -5.0])
 
 
 def test_gigpo_anchor_groups_do_not_cross_tasks_and_omega_scales():
     out = adv.gigpo(torch.tensor([1.0, 1.0]), ["a", "b"], [torch.tensor([1.0]), torch.tensor([3.0])],
                     [["s"], ["s"]], omega=0.5)
-    # different tasks -> singleton episode groups (raw 1.0) and singleton anchor groups (raw G)
-    assert [o.item() for o in out] == pytest.approx([1.0 + 0.5 * 1.0, 1.0 + 0.5 * 3.0])
+    # different tasks -> singleton episode groups (raw 1.0) and singleton anchor groups (0)
+    assert [o.item() for o in out] == pytest.approx([1.0, 1.0])
+    out = adv.gigpo(torch.tensor([1.0, 3.0]), ["a", "a"], [torch.tensor([1.0]), torch.tensor([3.0])],
+                    [["s"], ["s"]], omega=0.5, normalize=False)
+    # one anchor group: episode ±1 (mean-centred), step G − mean(G) = ±1 scaled by omega
+    assert [o.item() for o in out] == pytest.approx([-1.0 - 0.5, 1.0 + 0.5])
 
 
 def test_gigpo_similarity_groups_near_identical_states_within_a_task():
@@ -211,8 +233,8 @@ def test_gigpo_similarity_groups_near_identical_states_within_a_task():
     similar = adv.gigpo(returns, groups, rewards, keys, omega=1.0, normalize=False,
                         similarity=0.9)
     episode = [1 - 1 / 3, -1 / 3, -1 / 3, 0.0]  # mean-centred returns per task
-    # exact: every anchor group is a singleton (raw G); 0.9: the two pages compare (G - 0.5)
-    assert [o.item() for o in exact] == pytest.approx([episode[0] + 1.0, *episode[1:]])
+    # exact: every anchor group is a singleton (0); 0.9: the two pages compare (G - 0.5)
+    assert [o.item() for o in exact] == pytest.approx(episode)
     assert [o.item() for o in similar] == pytest.approx(
         [episode[0] + 0.5, episode[1] - 0.5, episode[2], episode[3]])
     with pytest.raises(ValueError, match="similarity"):

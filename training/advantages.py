@@ -2,8 +2,14 @@
 
 Pure torch functions over flat tensors. ``group_ids`` is any sequence of hashable group keys
 (one per trajectory); trajectories with the same key belong to the same rollout group (same
-task). Singleton groups follow verl's convention: mean 0 and std 1, i.e. the raw value passes
-through (there is nothing to compare it with).
+task). An episode group of one trajectory follows verl's convention: mean 0 and std 1, i.e. the
+raw return passes through. A GiGPO *step* group of one step (an anchor state seen once) gets a
+step advantage of 0, as in GiGPO's step-level normalisation and verl-agent's reference code:
+its mean is its own return, so there is no relative signal.
+
+``normalize=False`` everywhere is the "Dr. GRPO" variant: mean-centring without the division by
+the group std, which otherwise scales a group whose returns differ only by small penalties
+(e.g. −0.1 for an invalid action) to advantages of ±1, as strong as a win.
 """
 
 from __future__ import annotations
@@ -24,8 +30,10 @@ def _groups(keys: Sequence[Hashable]) -> dict[Hashable, list[int]]:
 
 
 def _group_normalize(values: torch.Tensor, keys: Sequence[Hashable], normalize: bool,
-                     eps: float) -> torch.Tensor:
-    """(x − mean_group) / (std_group + eps) per group (unbiased std), or just x − mean."""
+                     eps: float, singleton_zero: bool = False) -> torch.Tensor:
+    """(x − mean_group) / (std_group + eps) per group (unbiased std), or just x − mean.
+
+    A group of one member keeps its raw value, or gets 0 with ``singleton_zero``."""
     values = torch.as_tensor(values, dtype=torch.float32).reshape(-1)
     if len(keys) != values.numel():
         raise ValueError(f"{len(keys)} group keys for {values.numel()} values")
@@ -34,7 +42,7 @@ def _group_normalize(values: torch.Tensor, keys: Sequence[Hashable], normalize: 
         idx = torch.tensor(indices)
         group = values[idx]
         if len(indices) == 1:
-            mean, std = torch.zeros(()), torch.ones(())
+            mean, std = (group[0] if singleton_zero else torch.zeros(())), torch.ones(())
         else:
             mean, std = group.mean(), group.std()
         out[idx] = (group - mean) / (std + eps) if normalize else group - mean
@@ -88,7 +96,7 @@ def gigpo(episode_returns: torch.Tensor, group_ids: Sequence[Hashable],
     The step level groups every step of a rollout group by its anchor state (the observation
     the step acted on); within an anchor group, the step's discounted return G_t (γ) is
     normalised like GRPO. Identical states reached in different trajectories of the same task
-    thus compare the actions taken there.
+    thus compare the actions taken there; a state reached once has step advantage 0.
 
     Args:
         episode_returns: ``[N]`` return of each trajectory.
@@ -124,7 +132,8 @@ def gigpo(episode_returns: torch.Tensor, group_ids: Sequence[Hashable],
         lengths.append(rewards.numel())
     if not flat_keys:
         return [torch.zeros(0) for _ in range(n)]
-    step = _group_normalize(torch.cat(flat_returns), flat_keys, normalize, eps)
+    step = _group_normalize(torch.cat(flat_returns), flat_keys, normalize, eps,
+                            singleton_zero=True)
     return [episode[i] + omega * part for i, part in enumerate(step.split(lengths))]
 
 
