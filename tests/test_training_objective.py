@@ -55,6 +55,13 @@ def _naive_logprobs(model, s):
     return logp[a0:a1], logp[a1:a1 + s.obs_len]
 
 
+def _naive_action_entropy(model, s):
+    """Entropy of the full next-token distribution at each action token of one row."""
+    logits = model(input_ids=torch.tensor([s.input_ids])).logits[0].float()
+    logp = logits.log_softmax(-1)[s.prompt_len - 1:s.prompt_len - 1 + s.action_len]
+    return -(logp.exp() * logp).sum(-1)
+
+
 def _literal_objective(model, samples, selected, lam, st):
     """mean_g [ L_RL(g) + λ_g · mean_{t in S_g} ℓ_WM(t) ], row by row."""
     groups = {}
@@ -69,6 +76,8 @@ def _literal_objective(model, samples, selected, lam, st):
                                           torch.tensor(samples[i].advantage), st.clip_eps)
             if st.kl_coef:
                 loss = loss + st.kl_coef * kl_k3(act, torch.tensor(samples[i].ref_logprobs))
+            if st.entropy_coef:
+                loss = loss - st.entropy_coef * _naive_action_entropy(model, samples[i])
             tok.append(loss)
             seq.append(loss.mean())
         rl = torch.cat(tok).mean() if st.rl_agg == "token" else torch.stack(seq).mean()
@@ -141,10 +150,27 @@ def test_head_target_logprobs_matches_autograd(with_bias, frozen_head):
     assert torch.allclose(logprobs, expected_logprobs.detach(), atol=1e-12)
     expected_entropy = -(log_softmax.exp() * log_softmax).sum(-1).detach()
     assert torch.allclose(entropies[entropy_rows], expected_entropy[entropy_rows], atol=1e-12)
-    assert (entropies[~entropy_rows] == 0).all() and not entropies.requires_grad
+    assert (entropies[~entropy_rows] == 0).all()
     for a, b in zip(got, expected):
         assert torch.allclose(a, b, atol=1e-12)
     assert (got[0][[2, 5, 8]] == 0).all()  # rows without gradient get none back
+
+    # Gradient through the entropies (an entropy bonus) as well as the log-probs: entropy row 6
+    # gets entropy gradient only; rows 5 and 8 (not entropy rows) still get none, although
+    # their entropy outputs (constant 0) receive upstream gradient.
+    upstream[6] = 0.0
+    entropy_upstream = torch.randn(rows, dtype=torch.float64, generator=gen)
+    logprobs, entropies = HeadTargetLogprobs.apply(hidden, weight, bias, targets, scale,
+                                                   entropy_rows)
+    got = torch.autograd.grad((logprobs * upstream + entropies * entropy_upstream).sum(), inputs)
+    log_softmax = (torch.nn.functional.linear(hidden, weight, bias) / scale[:, None]).log_softmax(-1)
+    full_entropy = -(log_softmax.exp() * log_softmax).sum(-1)
+    expected = torch.autograd.grad(
+        (log_softmax.gather(-1, targets[:, None]).squeeze(-1) * upstream
+         + torch.where(entropy_rows, full_entropy, 0.0) * entropy_upstream).sum(), inputs)
+    for a, b in zip(got, expected):
+        assert torch.allclose(a, b, atol=1e-12)
+    assert (got[0][[5, 8]] == 0).all() and (got[0][6] != 0).all()
 
 
 def test_gather_logprobs_entropies_are_the_tempered_action_entropies(model):
@@ -203,7 +229,9 @@ def test_observation_tokens_do_not_change_action_logprobs(model):
     ObjectiveSettings(wm_loss="ce", rl_agg="sequence"),
     ObjectiveSettings(wm_loss="mae", kl_coef=0.1, rho=0.5),
     ObjectiveSettings(paw=False),
-], ids=["cmae", "ce-seq", "mae-kl", "no-paw"])
+    ObjectiveSettings(entropy_coef=0.05),
+    ObjectiveSettings(entropy_coef=0.3, rl_agg="sequence", paw=False),
+], ids=["cmae", "ce-seq", "mae-kl", "no-paw", "entropy-bonus", "entropy-bonus-seq"])
 def test_micro_batched_objective_equals_literal_objective(model, settings):
     samples = _samples(model, ref=True)
     # Group 2 gets no selected transition: it must contribute no WM term.

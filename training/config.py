@@ -94,6 +94,14 @@ class TrainConfig:
     """CMAE confidence threshold."""
     adaptive_coef: bool = True
     """Reward-adaptive λ_g (False: λ_g ≡ 1)."""
+    norm_adv_by_std: bool = True
+    """GRPO / GiGPO: divide group-centred returns by the group std (the paper's setting). False is
+    "Dr. GRPO" (mean-centring only): with std normalisation, a group without a win whose returns
+    differ only by invalid-action penalties gets advantages of ±1, as strong as a win."""
+    entropy_coef: float = 0.0
+    """Entropy bonus: subtract this × the mean action-token entropy (of the full next-token
+    distribution, aggregated like the RL loss) from the objective; > 0 resists collapse onto
+    fixed outputs."""
     gamma: float = 0.95
     """GiGPO step-level discount."""
     omega: float = 1.0
@@ -192,6 +200,8 @@ class TrainConfig:
                 raise bad(name, "an integer >= 1")
         if self.r_max <= 0:
             raise bad("r_max", "a positive number")
+        if self.entropy_coef < 0:
+            raise bad("entropy_coef", "a number >= 0")
 
 
 def _parse_value(name: str, raw: str, kind: Any) -> Any:

@@ -2,8 +2,9 @@
 
     L = mean_g [ L_RL(g) + λ_g · mean_{t ∈ S_α ∩ P_g} ℓ_WM(t) ]
 
-L_RL(g) is the PPO-clip loss (+ optional KL to the reference) averaged over the action tokens
-of group g ("token" aggregation) or over its transitions ("sequence"). A group with no selected
+L_RL(g) is the PPO-clip loss (+ optional KL to the reference, − optional entropy bonus β·H of
+the full next-token distribution) averaged over the action tokens of group g ("token"
+aggregation) or over its transitions ("sequence"). A group with no selected
 transition has no WM term. The objective is linear in per-row terms whose weights depend only
 on counts known before the pass (:func:`objective_weights`), so any split of a mini-batch into
 token-budget micro-batches, with the micro-batch losses summed (gradient accumulation), gives
@@ -46,6 +47,8 @@ class ObjectiveSettings:
     """Within-group RL aggregation: ``token`` (mean over action tokens) or ``sequence``."""
     action_temperature: float = 1.0
     """Divide action logits by this (the rollout temperature) so ratios compare like with like."""
+    entropy_coef: float = 0.0
+    """Entropy bonus: subtract this × the action-token entropy, aggregated like L_RL(g)."""
 
 
 def split_causal_lm(model):
@@ -69,8 +72,9 @@ class HeadTargetLogprobs(torch.autograd.Function):
     ``[rows, vocab]`` op of rows without gradient, and the weight gradient when the head is
     frozen (LoRA).
 
-    Also returns, without gradient, the entropy of the tempered distribution at rows flagged in
-    ``entropy_rows`` (0 elsewhere), from the same logits.
+    Also returns the entropy H of the tempered distribution at rows flagged in ``entropy_rows``
+    (0 elsewhere), from the same logits; it is differentiable (dH/dz = −p (log p + H)), for an
+    entropy bonus, and costs nothing in backward when no gradient reaches it.
     """
 
     @staticmethod
@@ -83,19 +87,34 @@ class HeadTargetLogprobs(torch.autograd.Function):
             part, part_lse = logits[entropy_rows], lse[entropy_rows]
             probs = (part - part_lse[:, None]).exp_()
             entropies[entropy_rows] = part_lse - (probs * part).sum(-1)
-        ctx.save_for_backward(hidden, weight, bias, targets, scale, lse)
-        ctx.mark_non_differentiable(entropies)
+        ctx.save_for_backward(hidden, weight, bias, targets, scale, lse, entropies, entropy_rows)
+        ctx.set_materialize_grads(False)  # an unused entropy output sends None, not zeros
         return logprobs, entropies
 
     @staticmethod
-    def backward(ctx, grad, _grad_entropies):
-        hidden, weight, bias, targets, scale, lse = ctx.saved_tensors
+    def backward(ctx, grad, grad_entropies):
+        hidden, weight, bias, targets, scale, lse, entropies, entropy_rows = ctx.saved_tensors
         need_hidden, need_weight, need_bias = ctx.needs_input_grad[:3]
-        rows = grad.nonzero().squeeze(-1)
+        if grad is None:
+            grad = torch.zeros_like(lse)
+        has_entropy_grad = grad_entropies is not None
+        if has_entropy_grad:  # entropies of unflagged rows are constant 0
+            grad_entropies = torch.where(entropy_rows, grad_entropies, 0.0)
+            has_entropy_grad = bool(grad_entropies.any())
+        active = grad != 0
+        if has_entropy_grad:
+            active |= grad_entropies != 0
+        rows = active.nonzero().squeeze(-1)
         g = grad[rows]
-        # d logp / d logits = onehot(target) - softmax, then chain through the 1/s scaling.
+        # d logp / d logits = onehot(target) − p and dH / d logits = −p (log p + H), then chain
+        # through the 1/s scaling.
         grad_logits = _scaled_logits(hidden[rows], weight, bias, scale[rows])
-        grad_logits.sub_(lse[rows, None]).exp_().mul_(-g[:, None])
+        grad_logits.sub_(lse[rows, None])  # log p
+        if has_entropy_grad:
+            coef = g[:, None] + grad_entropies[rows, None] * (grad_logits + entropies[rows, None])
+            grad_logits.exp_().mul_(-coef)
+        else:
+            grad_logits.exp_().mul_(-g[:, None])
         grad_logits[torch.arange(len(rows), device=rows.device), targets[rows]] += g
         grad_logits.div_(scale[rows, None].to(grad_logits.dtype))
         grad_logits = grad_logits.to(hidden.dtype)
@@ -128,7 +147,7 @@ def gather_logprobs(model, batch: MicroBatch, *, score_obs: bool | torch.Tensor 
 
     ``score_obs`` is a bool for all rows or a ``[B]`` bool tensor of the rows whose observation
     tokens are scored. Returns ``(logprobs, entropies)``, both ``[B, L]`` and zero at unscored
-    positions; ``entropies`` (no gradient; action positions only, tempered like the action
+    positions; ``entropies`` (differentiable; action positions only, tempered like the action
     logits) is None unless ``with_entropy``.
     """
     decoder, head = split_causal_lm(model)
@@ -228,6 +247,8 @@ def micro_batch_loss(model, batch: MicroBatch, w_rl: torch.Tensor, w_wm: torch.T
         kl = torch.zeros_like(logprobs)
     per_row_rl = (token_loss * action).sum(-1)
     loss = (w_rl * per_row_rl).sum()
+    if settings.entropy_coef > 0:  # same weights as the RL tokens: a per-group mean entropy
+        loss = loss - settings.entropy_coef * (w_rl * (entropies * action).sum(-1)).sum()
     stats = {
         "action_tokens": float(action.sum()),
         # |log pi_train(a) - log pi_rollout(a)|: ~0 before the first optimizer step of an update
@@ -235,7 +256,7 @@ def micro_batch_loss(model, batch: MicroBatch, w_rl: torch.Tensor, w_wm: torch.T
         "logprob_gap_sum": float(((logprobs.detach() - batch.old_logprobs).abs() * action).sum()),
         "clipped_tokens": float((clipped & action).sum()),
         "kl_sum": float((kl.detach() * action).sum()),
-        "entropy_sum": float((entropies * action).sum()),
+        "entropy_sum": float((entropies.detach() * action).sum()),
         "rl_loss": float((w_rl * per_row_rl).sum().detach()),
         "wm_rows": 0.0, "wm_loss_sum": 0.0, "wm_term": 0.0,
         "obs_tokens": 0.0, "obs_clipped_tokens": 0.0,

@@ -50,13 +50,14 @@ def step_advantages(trajectories: list[Trajectory], config: TrainConfig,
     groups = [t.group_index for t in trajectories]
     returns = torch.tensor([t.total_reward for t in trajectories], dtype=torch.float32)
     if config.algo in ("grpo", "rloo"):
-        episode = adv.grpo(returns, groups) if config.algo == "grpo" else adv.rloo(returns, groups)
+        episode = (adv.grpo(returns, groups, normalize=config.norm_adv_by_std)
+                   if config.algo == "grpo" else adv.rloo(returns, groups))
         return [[float(episode[i])] * len(t) for i, t in enumerate(trajectories)]
     if config.algo == "gigpo":
         rewards = [torch.tensor([s.reward for s in t.transitions]) for t in trajectories]
         steps = adv.gigpo(returns, groups, rewards, [anchor_keys(t) for t in trajectories],
                           gamma=config.gamma, omega=config.omega,
-                          similarity=config.gigpo_similarity)
+                          normalize=config.norm_adv_by_std, similarity=config.gigpo_similarity)
         return [s.tolist() for s in steps]
     if values is None:
         raise ValueError("algo='ppo' needs critic values for every step")

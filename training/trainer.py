@@ -65,7 +65,7 @@ class PaWTrainer:
         self.settings = ObjectiveSettings(
             paw=config.paw, wm_loss=config.wm_loss, rho=config.rho, clip_eps=config.clip_eps,
             clip_eps_high=config.clip_eps_high, kl_coef=config.kl_coef, rl_agg=config.rl_agg,
-            action_temperature=config.temperature)
+            action_temperature=config.temperature, entropy_coef=config.entropy_coef)
         params = trainable_parameters(self.model)
         if not params:
             raise ValueError("the model has no trainable parameters")
