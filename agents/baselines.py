@@ -56,16 +56,27 @@ class ExpertAgent(Agent):
     """The env's scripted expert: ``env.unwrapped.expert_action()`` formatted as model output.
 
     Every PaW env class provides ``expert_action()`` (the next action of its scripted solver);
-    a custom env works here as soon as it does too.
+    a custom env works here as soon as it does too. With ``epsilon > 0`` each step takes a
+    uniformly random admissible action instead with that probability (seeded by the rollout):
+    imperfect demonstrations, whose clone leaves RL room to improve.
     """
 
+    def __init__(self, epsilon: float = 0.0):
+        if not 0.0 <= epsilon <= 1.0:
+            raise ValueError(f"epsilon={epsilon!r} must be a probability in [0, 1]")
+        self.epsilon = epsilon
+
     def decide(self, prompts, infos, envs, sampling, seed):
+        rng = random.Random(seed)
         outputs = []
-        for env in envs:
+        for info, env in zip(infos, envs):
             expert = getattr(env.unwrapped, "expert_action", None)
             if expert is None:
                 raise TypeError(f"{type(env.unwrapped).__name__} has no expert_action(); "
                                 "ExpertAgent needs an env with a scripted expert")
-            outputs.append(text_output(format_action(expert(), action_format_of(env),
+            admissible = info.get("admissible_actions") or []
+            explore = self.epsilon > 0 and admissible and rng.random() < self.epsilon
+            action = rng.choice(admissible) if explore else expert()
+            outputs.append(text_output(format_action(action, action_format_of(env),
                                                      "I follow the expert plan.")))
         return outputs

@@ -40,6 +40,9 @@ BUILTIN_ENVS: list[EnvSpec] = [
     EnvSpec(id="PaW/ALFWorld-v0", entry_point="paw_gym.alfworld.env:ALFWorldEnv",
             description="ALFWorld household tasks on the TextWorld/PDDL engine; official data or generated games",
             max_episode_steps=50),
+    EnvSpec(id="PaW/Shelf-v0", entry_point="paw_gym.shelf:ShelfEnv",
+            description="buy the named item from a 3-5 item shelf (take, pay / put back); held-out target items",
+            max_episode_steps=6),
 ]
 
 #: id -> one-line description, for every env registered through this module.

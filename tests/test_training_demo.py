@@ -20,16 +20,42 @@ def test_results_markdown_has_before_after_per_task_and_rl_pool():
                              ("training-pool", _result(15.6), _result(40.6))],
                             config, {"SFT warm start": 200.0, "RL training": 300.5})
     assert "## held-out tasks (split `test`" in text
-    assert "## training-pool tasks (split `dev`" in text
+    assert "## training-pool tasks (split `train`" in text
     assert "| beauty | 4 | 15.6 | 40.6 |" in text
     assert "| overall | 4 | 0.0 | 2.0 |" in text
-    assert "12 updates of 4 goals × 8 rollouts from a pool of 8 `dev` goals" in text
+    assert "12 updates of 4 goals × 8 rollouts from a pool of 8 `train` goals" in text
     assert "Total: 500 s" in text
 
 
-@pytest.mark.parametrize("field", ["train_pool", "pool_eval_repeats"])
-def test_run_demo_rejects_empty_pool_before_any_work(tmp_path, field):
+@pytest.mark.parametrize("field, value", [("train_pool", 0), ("pool_eval_repeats", 0),
+                                          ("expert_epsilon", 1.5), ("pretrain_steps", -1)])
+def test_run_demo_rejects_bad_settings_before_any_work(tmp_path, field, value):
     out = tmp_path / "demo"
     with pytest.raises(ValueError, match=field):
-        run_demo(DemoConfig(output_dir=str(out), **{field: 0}), log=lambda _: None)
+        run_demo(DemoConfig(output_dir=str(out), **{field: value}), log=lambda _: None)
     assert not out.exists()
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_small_demo_runs_end_to_end_and_reuses_the_cached_base(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setenv("PAW_GYM_CACHE", str(tmp_path / "cache"))
+    small = dict(expert_episodes=40, pretrain_steps=10, rl_steps=1, n_groups=2, group_size=2,
+                 eval_episodes=4, max_new_tokens=24)
+    logs: list[str] = []
+    summary = run_demo(DemoConfig(output_dir=str(tmp_path / "a"), **small), log=logs.append)
+    assert any("base model (built)" in line for line in logs)
+    assert set(summary["reading_probe"]) >= {"before_pretraining", "after_pretraining"}
+    assert summary["before"]["episodes"] == summary["after"]["episodes"] == 4
+    out = tmp_path / "a"
+    for name in ("results.md", "summary.json", "eval_before.md", "eval_after.md",
+                 "base-model/config.json", "rl/metrics.jsonl"):
+        assert (out / name).is_file(), name
+    assert "## held-out tasks (split `test`" in (out / "results.md").read_text()
+    [recipe_dir] = (tmp_path / "cache" / "tiny-base").iterdir()
+    assert (recipe_dir / "recipe.json").is_file()
+
+    logs.clear()
+    run_demo(DemoConfig(output_dir=str(tmp_path / "b"), **small), log=logs.append)
+    assert any("base model (cached)" in line for line in logs)
+    assert len(list((tmp_path / "cache" / "tiny-base").iterdir())) == 1

@@ -1,12 +1,13 @@
-"""The main job: tiny model → expert demos → SFT warm start → GRPO + PaW → per-task eval.
+"""The main job: demos → tiny model pretrained on them → (SFT) → GRPO + PaW → per-task eval.
 
 Everything runs offline on CPU. ``run_demo`` writes to ``output_dir``:
 
     expert-demos/        WMReplay of the scripted expert (train split)
-    tiny-model/          the randomly initialised Qwen2 + tokenizer trained on that text
-    sft-model/           the SFT warm start
+    base-model/          the Qwen2 tiny model + tokenizer trained on that text, pretrained on
+                         its transcripts (built once per recipe under $PAW_GYM_CACHE/tiny-base)
+    sft-model/           the SFT warm start (when sft_epochs > 0)
     rl/                  PaW trainer run: metrics.jsonl, curves.png, checkpoints/
-    eval_before.*        per-task table of the SFT model on held-out tasks (eval split),
+    eval_before.*        per-task table of the RL start on held-out tasks (eval split),
                          .md/.json/.csv; eval_before_train_tasks.* on the RL training pool
     eval_after.*         the same after RL (and eval_after_train_tasks.*)
     results.md           before/after side by side, plus the settings used
@@ -22,54 +23,73 @@ from pathlib import Path
 from typing import Any
 
 
+#: Bump when the base-model recipe changes meaning, so cached bases are rebuilt.
+BASE_RECIPE_VERSION = 1
+
+
 @dataclass
 class DemoConfig:
-    """Settings of ``paw-gym demo`` (sized for 2 CPU cores and ~15 minutes)."""
+    """Settings of ``paw-gym demo`` (sized for 2 CPU cores: ~6 minutes with the one-time base
+    build, ~2 minutes once the base is cached). Defaults: GRPO + PaW on ``PaW/Shelf-v0``;
+    ``configs/demo/webshop_sft.yaml`` holds the earlier WebShop settings (which do not learn at
+    this scale, see docs/training.md)."""
 
-    env_id: str = "PaW/WebShop-v0"
+    env_id: str = "PaW/Shelf-v0"
     """Embedded env to train and evaluate on."""
-    train_split: str = "dev"
+    train_split: str = "train"
     """Env split for expert demos and RL tasks."""
     eval_split: str = "test"
-    """Env split for the before/after evaluation."""
+    """Env split for the before/after evaluation (held-out tasks)."""
     size: str = "nano"
     """Tiny model size: nano, micro or mini."""
-    expert_episodes: int = 400
-    """Expert episodes recorded for the tokenizer and the SFT warm start."""
-    sft_epochs: int = 4
-    """SFT passes over the expert transitions."""
+    expert_episodes: int = 1000
+    """Expert episodes recorded for the tokenizer, pretraining and SFT."""
+    expert_epsilon: float = 0.5
+    """Chance of a random admissible action at each demo step (imperfect demos; all episodes,
+    won or not, are then imitated)."""
+    pretrain_steps: int = 800
+    """Next-token pretraining steps on the demo transcripts h ⊕ a ⊕ o_next (0: none); see
+    :mod:`training.pretrain`."""
+    pretrain_lr: float = 1e-3
+    """Pretraining learning rate."""
+    sft_epochs: int = 0
+    """SFT passes over the expert transitions (0: RL starts from the base model)."""
     sft_lr: float = 3e-3
     """SFT learning rate."""
     history_length: int = 0
     """Steps of history in the prompt (paper: 2; 0 keeps CPU prompts short)."""
     max_steps: int = 6
-    """Per-episode step limit (the expert needs 3–5 steps)."""
+    """Per-episode step limit."""
     max_new_tokens: int = 40
     """Longest response per step."""
     algo: str = "grpo"
     """RL estimator."""
     paw: bool = True
     """World-model co-training."""
-    rl_steps: int = 12
+    rl_steps: int = 20
     """RL updates."""
-    n_groups: int = 4
+    n_groups: int = 8
     """Tasks per RL update."""
     group_size: int = 8
     """Rollouts per task."""
-    rl_lr: float = 1e-3
+    rl_lr: float = 3e-4
     """RL learning rate (full fine-tuning of the tiny model)."""
+    norm_adv_by_std: bool = True
+    """Divide group-centred returns by the group std (False: Dr. GRPO)."""
+    entropy_coef: float = 0.0
+    """Entropy bonus weight."""
     rl_mini_batch_size: int = 48
     """Transitions per PPO-clip optimizer step (several steps per update on old log-probs)."""
     max_obs_tokens: int = 128
     """Observation tokens kept as the world-model target (shorter: faster CPU updates)."""
-    train_pool: int = 8
-    """RL draws its tasks from the train-split seeds [0, train_pool): a small fixed
-    pool of goals, so that 15 CPU minutes of updates revisit each goal many times (the nano
-    model cannot generalise the search query to unseen goals; see docs/training.md)."""
-    pool_eval_repeats: int = 4
-    """Episodes per pool goal in the before/after table of the training pool."""
-    eval_episodes: int = 50
-    """Eval-split (held-out) tasks for the before/after tables."""
+    train_pool: int = 1_000_000
+    """RL draws its tasks from the train-split seeds [0, train_pool) (the WebShop settings use
+    a small fixed pool: the nano model does not generalise there, see docs/training.md)."""
+    pool_eval_repeats: int = 1
+    """Episodes per pool goal in the before/after table of the training pool (its first
+    ``eval_episodes`` goals)."""
+    eval_episodes: int = 200
+    """Eval-split (held-out) tasks for the before/after tables, each played once."""
     eval_temperature: float = 0.4
     """Validation temperature (paper: 0.4)."""
     seed: int = 0
@@ -85,9 +105,11 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     """Run the whole pipeline; returns the before/after overall rows and timings."""
     import torch
 
+    from agents.hf_policy import HFPolicy
     from agents.tiny_model import build_tiny_model
     from training.config import TrainConfig
     from training.evaluate import evaluate, load_policy, write_tables
+    from training.pretrain import PretrainConfig, cached_build, reading_probe, run_pretrain
     from training.sft import SFTConfig, record_expert_demos, run_sft
     from training.trainer import PaWTrainer
     from wrappers import TEMPLATES, WMReplay
@@ -95,6 +117,12 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     if config.train_pool < 1 or config.pool_eval_repeats < 1:
         raise ValueError(f"train_pool ({config.train_pool}) and pool_eval_repeats "
                          f"({config.pool_eval_repeats}) must be at least 1")
+    if not 0 <= config.expert_epsilon <= 1:
+        raise ValueError(f"expert_epsilon={config.expert_epsilon} must be a probability in "
+                         "[0, 1]")
+    if config.pretrain_steps < 0 or config.sft_epochs < 0:
+        raise ValueError(f"pretrain_steps ({config.pretrain_steps}) and sft_epochs "
+                         f"({config.sft_epochs}) must be >= 0")
     torch.set_num_threads(config.threads)
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -111,25 +139,60 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     demos = out / "expert-demos"
     shutil.rmtree(demos, ignore_errors=True)
     record_expert_demos(config.env_id, config.expert_episodes, demos, seed=config.seed,
-                        max_steps=config.max_steps, split=config.train_split, **prompt)
+                        max_steps=config.max_steps, split=config.train_split,
+                        epsilon=config.expert_epsilon, **prompt)
     replay = WMReplay.load(demos)
     lap("expert demos")
 
-    texts = [text for pair in TEMPLATES.values() for text in pair]
-    texts += [r[k] for r in replay for k in ("h", "a", "o_next")]
-    tiny = build_tiny_model(texts, out / "tiny-model", size=config.size, seed=config.seed)
-    lap("tiny model")
+    held_out = list(range(10_000, 10_000 + config.eval_episodes))
+    probe_tasks = dict(seeds=held_out, split=config.eval_split, **prompt)
 
-    sft_dir, sft_history = run_sft(SFTConfig(
-        model=str(tiny), replay=str(demos), output_dir=str(out / "sft-model"),
-        epochs=config.sft_epochs, lr=config.sft_lr, seed=config.seed, device="cpu",
-        token_budget=2048))  # small batches: more optimizer steps for the same compute
-    lap("SFT warm start")
+    def build_base(folder: Path) -> None:
+        texts = [text for pair in TEMPLATES.values() for text in pair]
+        texts += [r[k] for r in replay for k in ("h", "a", "o_next")]
+        tiny = build_tiny_model(texts, folder / "init", size=config.size, seed=config.seed)
+        probe = {"before_pretraining": reading_probe(HFPolicy(str(tiny), device="cpu"),
+                                                     config.env_id, **probe_tasks)}
+        model = tiny
+        if config.pretrain_steps:
+            model, losses = run_pretrain(PretrainConfig(
+                model=str(tiny), replay=str(demos), output_dir=str(folder / "model"),
+                steps=config.pretrain_steps, lr=config.pretrain_lr, seed=config.seed,
+                device="cpu"))
+            probe["after_pretraining"] = reading_probe(HFPolicy(str(model), device="cpu"),
+                                                       config.env_id, **probe_tasks)
+            probe["pretraining_loss"] = losses
+        else:
+            model.rename(folder / "model")
+        (folder / "probe.json").write_text(json.dumps(probe, indent=2), encoding="utf-8")
+
+    recipe = {"version": BASE_RECIPE_VERSION, **{k: getattr(config, k) for k in (
+        "env_id", "train_split", "eval_split", "eval_episodes", "expert_episodes",
+        "expert_epsilon", "max_steps", "history_length", "size", "seed", "pretrain_steps",
+        "pretrain_lr")}}
+    cached, built_now = cached_build(recipe, build_base)
+    base = out / "base-model"
+    shutil.rmtree(base, ignore_errors=True)
+    shutil.copytree(cached / "model", base)
+    reading = json.loads((cached / "probe.json").read_text(encoding="utf-8"))
+    lap("base model (built)" if built_now else "base model (cached)")
+    log("[demo] reading probe on held-out prompts (expert action ranked first): " +
+        ", ".join(f"{k.replace('_', ' ')} {v:.2f}" for k, v in reading.items()
+                  if isinstance(v, float)))
+
+    if config.sft_epochs:
+        sft_dir, sft_history = run_sft(SFTConfig(
+            model=str(base), replay=str(demos), output_dir=str(out / "sft-model"),
+            epochs=config.sft_epochs, lr=config.sft_lr, seed=config.seed, device="cpu",
+            successful_only=config.expert_epsilon == 0,
+            token_budget=2048))  # small batches: more optimizer steps for the same compute
+        lap("SFT warm start")
+    else:
+        sft_dir, sft_history = base, []
 
     # Two evaluations: held-out tasks of eval_split, and the RL training pool (each goal
     # repeated, as the paper's training-reward curves measure the tasks RL trains on).
-    held_out = list(range(10_000, 10_000 + config.eval_episodes))
-    pool = list(range(config.train_pool))
+    pool = list(range(min(config.train_pool, config.eval_episodes)))
     seen = [task for task in pool for _ in range(config.pool_eval_repeats)]
     settings = dict(temperature=config.eval_temperature, max_new_tokens=config.max_new_tokens,
                     max_steps=config.max_steps, seed=config.seed, progress=True, **prompt)
@@ -154,6 +217,7 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
         group_size=config.group_size, max_new_tokens=config.max_new_tokens,
         train_task_seeds=config.train_pool,
         total_steps=config.rl_steps, lr=config.rl_lr, mini_batch_size=config.rl_mini_batch_size,
+        norm_adv_by_std=config.norm_adv_by_std, entropy_coef=config.entropy_coef,
         token_budget=16384, max_seq_len=2048, max_obs_tokens=config.max_obs_tokens,
         seed=config.seed, output_dir=str(out / "rl"),
         save_every=0, keep_checkpoints=1, device="cpu")
@@ -169,7 +233,7 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
 
     if (out / "rl" / "curves.png").is_file():
         shutil.copy(out / "rl" / "curves.png", out / "curves.png")
-    summary = {"config": asdict(config), "timings_s": timings,
+    summary = {"config": asdict(config), "timings_s": timings, "reading_probe": reading,
                "sft": sft_history, "rl_last_step": history[-1] if history else {},
                "before": asdict(before.row()), "after": asdict(after.row()),
                "before_train_tasks": asdict(before_train.row()),

@@ -156,9 +156,10 @@ def _budget_chunks(order: list[int], samples: list, budget: int) -> list[list[in
 
 def record_expert_demos(env_id: str, episodes: int, out_dir: str | Path, *, seed: int = 0,
                         max_steps: int | None = None, progress: bool = False,
-                        **env_settings: Any) -> Path:
+                        epsilon: float = 0.0, **env_settings: Any) -> Path:
     """Play ``episodes`` expert episodes on ``env_id`` through ``RecordTransitions`` into a
-    WMReplay at ``out_dir`` (task seeds ``seed .. seed + episodes − 1``)."""
+    WMReplay at ``out_dir`` (task seeds ``seed .. seed + episodes − 1``); ``epsilon``: the
+    chance of a random admissible action at each step (see :class:`ExpertAgent`)."""
     from agents.baselines import ExpertAgent
     from agents.envs import make_agent_env
     from agents.rollout import rollout
@@ -167,7 +168,7 @@ def record_expert_demos(env_id: str, episodes: int, out_dir: str | Path, *, seed
     out = Path(out_dir)
     replay = WMReplay(out)
     try:
-        rollout(ExpertAgent(), lambda: RecordTransitions(make_agent_env(env_id, **env_settings),
+        rollout(ExpertAgent(epsilon), lambda: RecordTransitions(make_agent_env(env_id, **env_settings),
                                                          replay),
                 episodes, 1, seed=seed, task_seeds=list(range(seed, seed + episodes)),
                 max_steps=max_steps, progress=progress)

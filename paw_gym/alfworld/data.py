@@ -25,6 +25,7 @@ from paw_gym.alfworld.generate import (
 )
 from paw_gym.alfworld.scenes import SPLIT_DIRS, SPLITS
 from paw_gym.alfworld.tasks import TASK_TYPES
+from paw_gym.cache import cache_home
 
 #: Games per task type and split in the cache built on first use (the CLI makes more).
 DEFAULT_CACHE_PER_TYPE = 3
@@ -47,8 +48,7 @@ class GameRecord:
 
 
 def cache_root() -> Path:
-    base = os.environ.get("PAW_GYM_CACHE")
-    return (Path(base) if base else Path.home() / ".cache" / "paw-gym") / "alfworld"
+    return cache_home() / "alfworld"
 
 
 def generated_root(per_type: int = DEFAULT_CACHE_PER_TYPE, seed: int = DEFAULT_CACHE_SEED) -> Path:

@@ -1,0 +1,235 @@
+"""Paired study on PaW/Shelf-v0: does RL raise held-out success, and does PaW help it?
+
+The env names the item to buy in a one-line prompt, so a tiny model can learn it on CPU. Every
+run starts from a *reading start*: a nano model pretrained (next-token, ``training.pretrain``)
+on transcripts of a noisy expert that takes a random admissible action with probability ε.
+``normal`` uses ε = 0.5 (the start wins about half of the held-out tasks at temperature 1);
+``sparse`` uses ε = 0.9 (the paper's §4.4 situation: the start rarely wins, most rollout
+groups carry no reward). Each run trains one variant for the same budget, and plays every one
+of 64 held-out tasks (target items RL never trains on) once before and once after RL.
+
+Paired design: a seed fixes the training tasks and the sampling seeds of every variant, so
+``variant − baseline`` differences are taken per seed; the report gives their mean ± 95 % CI
+(Student t over seeds), and the RL gain (after − before) of each variant the same way.
+
+    python benchmarks/study_shelf.py --seeds 5 --workers 2     # all cells, resumable
+    python benchmarks/study_shelf.py --report                  # tables + plot from results
+
+The learning regression test (``tests/test_learning.py``) uses this module's start and run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+ENV = "PaW/Shelf-v0"
+#: One short line: the observation (task + shelf or held item) and the admissible actions.
+TEMPLATE = "{current_observation} Actions: [{admissible_actions}]."
+PROMPT = dict(template=TEMPLATE, history_length=0)
+HELD_OUT = list(range(10_000, 10_064))
+STARTS = {"normal": 0.5, "sparse": 0.9}
+VARIANTS: dict[str, dict[str, Any]] = {
+    "grpo": {"algo": "grpo", "paw": False},
+    "grpo_paw": {"algo": "grpo", "paw": True},
+    "gigpo": {"algo": "gigpo", "paw": False},
+    "gigpo_paw": {"algo": "gigpo", "paw": True},
+    "paw_ce": {"algo": "grpo", "paw": True, "wm_loss": "ce"},
+    "paw_fixed_lambda": {"algo": "grpo", "paw": True, "adaptive_coef": False},
+    "grpo_std_norm_off": {"algo": "grpo", "paw": False, "norm_adv_by_std": False},
+}
+#: (variant, baseline) pairs the report compares.
+PAIRS = [("grpo_paw", "grpo"), ("gigpo_paw", "gigpo"), ("paw_ce", "grpo_paw"),
+         ("paw_fixed_lambda", "grpo_paw"), ("grpo_std_norm_off", "grpo")]
+RESULTS = Path(__file__).resolve().parent / "results" / "study_shelf"
+#: RL updates per study run: fewer than the regression test's 12, so that variants are compared
+#: while they are still learning rather than all at the 100 % ceiling.
+STUDY_UPDATES = 8
+
+
+def build_start(root: Path, epsilon: float = 0.5, steps: int = 500, seed: int = 0) -> Path:
+    """A nano model that reads its prompt: a tokenizer trained on, and next-token pretraining
+    over, 1000 noisy-expert episodes (train split). Built once per folder."""
+    from agents.tiny_model import build_tiny_model
+    from training.pretrain import PretrainConfig, run_pretrain
+    from training.sft import record_expert_demos
+    from wrappers import WMReplay
+
+    model = root / "base"
+    if (model / "config.json").is_file():
+        return model
+    demos = record_expert_demos(ENV, 1000, root / "demos", seed=seed, epsilon=epsilon,
+                                max_steps=6, split="train", **PROMPT)
+    texts = [r[k] for r in WMReplay.load(demos) for k in ("h", "a", "o_next")]
+    tiny = build_tiny_model(texts, root / "init", size="nano", seed=seed)
+    run_pretrain(PretrainConfig(model=str(tiny), replay=str(demos), output_dir=str(model),
+                                steps=steps, lr=1e-3, batch_size=16, seed=seed, device="cpu",
+                                progress=False))
+    return model
+
+
+def held_out_success(policy) -> float:
+    """% of the 64 held-out tasks won, each played once at the rollout temperature 1.0."""
+    from training.evaluate import evaluate
+
+    result = evaluate(policy, ENV, HELD_OUT, split="test", temperature=1.0, max_new_tokens=24,
+                      max_steps=6, seed=1, **PROMPT)
+    return result.row().success
+
+
+def train_and_evaluate(start: Path, output_dir: Path, seed: int = 0, updates: int = 12,
+                       **overrides: Any) -> dict[str, Any]:
+    """RL from ``start`` (8 tasks × 8 rollouts per update, full fine-tuning at lr 3e-4);
+    held-out success before and after, and the per-update training metrics."""
+    from training.config import TrainConfig
+    from training.trainer import PaWTrainer
+
+    config = TrainConfig(
+        model=str(start), env_id=ENV, env_kwargs={"split": "train"}, template=TEMPLATE,
+        history_length=0, max_episode_steps=6, lora=False, n_groups=8, group_size=8,
+        max_new_tokens=24, total_steps=updates, lr=3e-4, mini_batch_size=64, max_seq_len=512,
+        seed=seed, output_dir=str(output_dir), save_every=0, device="cpu", progress=False,
+        **{"algo": "grpo", **overrides})
+    trainer = PaWTrainer(config)
+    before = held_out_success(trainer.policy)
+    history = trainer.train()
+    return {"before": before, "after": held_out_success(trainer.policy),
+            "curve": [{k: h[k] for k in ("step", "success", "reward", "action_entropy",
+                                         "invalid_frac")} for h in history]}
+
+
+def run_cell(start: str, variant: str, seed: int, work: Path) -> Path:
+    """One (start, variant, seed) run, written to ``RESULTS``; skipped when already there."""
+    import torch
+
+    path = RESULTS / f"{start}__{variant}__s{seed}.json"
+    if path.is_file():
+        return path
+    torch.set_num_threads(1)
+    model = build_start(work / f"start-{start}", STARTS[start])
+    clock = time.process_time()
+    result = train_and_evaluate(model, work / "runs" / path.stem, seed=seed,
+                                updates=STUDY_UPDATES, **VARIANTS[variant])
+    result.update(start=start, variant=variant, seed=seed,
+                  cpu_s=round(time.process_time() - clock, 1))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1), encoding="utf-8")
+    return path
+
+
+def mean_ci(values: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95 % Student-t confidence interval."""
+    from scipy.stats import t
+
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, float("nan")
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    return mean, t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+
+
+def report() -> str:
+    """Markdown tables (RL gain per variant; paired differences) and ``study_shelf.png``."""
+    runs: dict[tuple[str, str], dict[int, dict]] = {}
+    for path in sorted(RESULTS.glob("*.json")):
+        r = json.loads(path.read_text(encoding="utf-8"))
+        runs.setdefault((r["start"], r["variant"]), {})[r["seed"]] = r
+    lines = []
+    for start in STARTS:
+        cells = {v: runs.get((start, v), {}) for v in VARIANTS}
+        if not any(cells.values()):
+            continue
+        lines += [f"### start `{start}` (noisy-expert ε = {STARTS[start]})", "",
+                  "| variant | seeds | held-out before % | after % | RL gain (pp, 95 % CI) | "
+                  "CPU s / run |", "|---|---:|---:|---:|---:|---:|"]
+        for variant, by_seed in cells.items():
+            if not by_seed:
+                continue
+            rs = list(by_seed.values())
+            gain, half = mean_ci([r["after"] - r["before"] for r in rs])
+            lines.append(f"| {variant} | {len(rs)} | {mean_ci([r['before'] for r in rs])[0]:.1f}"
+                         f" | {mean_ci([r['after'] for r in rs])[0]:.1f} | {gain:+.1f} ± "
+                         f"{half:.1f} | {sum(r['cpu_s'] for r in rs) / len(rs):.0f} |")
+        lines += ["", "| paired comparison | seeds | Δ held-out after (pp, 95 % CI) |",
+                  "|---|---:|---:|"]
+        for variant, baseline in PAIRS:
+            seeds = sorted(set(cells[variant]) & set(cells[baseline]))
+            if seeds:
+                diff, half = mean_ci([cells[variant][s]["after"] - cells[baseline][s]["after"]
+                                      for s in seeds])
+                lines.append(f"| {variant} − {baseline} | {len(seeds)} | {diff:+.1f} ± "
+                             f"{half:.1f} |")
+        lines.append("")
+    _plot(runs)
+    return "\n".join(lines)
+
+
+def _plot(runs) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    starts = [s for s in STARTS if any(k[0] == s for k in runs)]
+    if not starts:
+        return
+    fig, axes = plt.subplots(1, len(starts), figsize=(6 * len(starts), 4), squeeze=False)
+    for ax, start in zip(axes[0], starts):
+        for variant in ("grpo", "grpo_paw", "gigpo", "gigpo_paw"):
+            rs = list(runs.get((start, variant), {}).values())
+            if not rs:
+                continue
+            curves = np.array([[100 * c["success"] for c in r["curve"]] for r in rs])
+            steps = np.arange(1, curves.shape[1] + 1)
+            mean, sd = curves.mean(0), curves.std(0)
+            ax.plot(steps, mean, label=f"{variant} ({len(rs)} seeds)")
+            ax.fill_between(steps, mean - sd, mean + sd, alpha=0.2)
+        ax.set(title=f"PaW/Shelf-v0, start {start}", xlabel="update",
+               ylabel="training success % (mean ± sd over seeds)")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS.parent / "study_shelf.png", dpi=100)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--starts", nargs="+", default=list(STARTS), choices=list(STARTS))
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--workers", type=int, default=1, help="parallel runs (1 thread each)")
+    parser.add_argument("--work", default="runs/study_shelf", help="models and trainer runs")
+    parser.add_argument("--report", action="store_true", help="only print the report")
+    args = parser.parse_args(argv)
+    if not args.report:
+        work = Path(args.work)
+        for start in args.starts:  # once, before workers race to build it
+            build_start(work / f"start-{start}", STARTS[start])
+        # Seed-major order: every variant of seed 0 first, so a cut-short study stays paired.
+        cells = [(start, variant, seed) for seed in range(args.seeds) for start in args.starts
+                 for variant in args.variants]
+        if args.workers > 1:
+            from concurrent.futures import ProcessPoolExecutor
+
+            with ProcessPoolExecutor(args.workers) as pool:
+                for path in pool.map(run_cell, *zip(*cells), [work] * len(cells)):
+                    print("done", path.name, flush=True)
+        else:
+            for cell in cells:
+                print("done", run_cell(*cell, work).name, flush=True)
+    print(report())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,71 @@
+"""training.pretrain: the transcript rows, the loss going down, the probe, the build cache."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from agents.hf_policy import HFPolicy  # noqa: E402
+from training.pretrain import (PretrainConfig, cached_build, reading_probe,  # noqa: E402
+                               run_pretrain, transcript_rows)
+from training.sft import record_expert_demos  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory):
+    return record_expert_demos("Test/GuessNumber-v0", 12, tmp_path_factory.mktemp("demos"),
+                               epsilon=0.5, max_steps=6)
+
+
+def test_rows_are_prompt_action_end_of_turn_and_next_observation(tiny_model_dir, demos):
+    from wrappers import WMReplay
+
+    policy = HFPolicy(str(tiny_model_dir), device="cpu")
+    rows = transcript_rows(policy, demos, max_seq_len=4096)
+    records = [r for r in WMReplay.load(demos) if r["a"]]
+    assert len(rows) == len(records)
+    first = records[0]
+    prompt, _ = policy.encode_prompt(first["h"], max_new_tokens=1)
+    encode = lambda text: policy.tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa
+    assert rows[0] == prompt + encode(first["a"]) + [policy.eos_ids[0]] + encode(first["o_next"])
+
+
+def test_pretraining_lowers_the_loss_and_saves_a_loadable_model(tiny_model_dir, demos, tmp_path):
+    out, history = run_pretrain(PretrainConfig(model=str(tiny_model_dir), replay=str(demos),
+                                               output_dir=str(tmp_path / "base"), steps=40,
+                                               batch_size=4, device="cpu", progress=False))
+    assert [h["step"] for h in history] == list(range(2, 41, 2))
+    assert history[-1]["loss"] < 0.5 * history[0]["loss"]
+    policy = HFPolicy(str(out), device="cpu")
+    score = reading_probe(policy, "Test/GuessNumber-v0", range(8))
+    assert 0.0 <= score <= 1.0
+    with pytest.raises(ValueError, match="steps"):
+        run_pretrain(PretrainConfig(model=str(tiny_model_dir), replay=str(demos), steps=0))
+
+
+def test_cached_build_builds_once_and_never_keeps_a_failed_build(tmp_path, monkeypatch):
+    monkeypatch.setenv("PAW_GYM_CACHE", str(tmp_path))
+    calls = []
+
+    def build(folder):
+        calls.append(folder)
+        (folder / "weights").write_text("w")
+
+    first, built = cached_build({"a": 1}, build)
+    again, built_again = cached_build({"a": 1}, build)
+    assert (built, built_again, first, len(calls)) == (True, False, again, 1)
+    assert json.loads((first / "recipe.json").read_text()) == {"a": 1}
+    assert first.parent == tmp_path / "tiny-base"
+
+    def broken(folder):
+        (folder / "half").write_text("x")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        cached_build({"a": 2}, broken)
+    assert sorted(p.name for p in (tmp_path / "tiny-base").iterdir()) == [first.name]

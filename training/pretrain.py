@@ -1,0 +1,196 @@
+"""Pretraining a model on env transcripts, and a probe of whether it reads its prompt.
+
+A hub model arrives having read the web; the tiny model built here has read nothing, and after
+format-only SFT its actions barely depend on the prompt. Pretraining gives it what a hub model
+would have: next-token prediction on *every* token of recorded transitions ``h ⊕ a ⊕ o_next``
+(the PaW serialisation, end-of-turn token after the action), from a ``WMReplay``:
+
+    L = − (1 / N) Σ_rows Σ_t log p(x_t | x_<t)        (N: all non-padding target tokens)
+
+Env text repeats itself (the task in every prompt, the shelf in the admissible actions, the
+action in the next observation), so this objective is full of copy events, which is how a
+small transformer learns to attend back and copy; it is also world-model pretraining
+(o_next follows h and a).
+
+The **reading probe** scores held-out prompts: it ranks each prompt's admissible actions by
+log p(response | prompt) (teacher-forced, the response formatted as the demos write it) and
+reports how often the env's expert action ranks first. A model that ignores its prompt scores
+about 1 / (number of admissible actions).
+
+    >>> from training.pretrain import PretrainConfig, run_pretrain           # doctest: +SKIP
+    >>> run_pretrain(PretrainConfig(model="tiny", replay="runs/demos", output_dir="base"))
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+
+@dataclass
+class PretrainConfig:
+    """Next-token pretraining on the transcripts of a WM replay."""
+
+    model: str = "runs/tiny-model"
+    """Hub name or directory of the model to pretrain."""
+    replay: str = "runs/expert-demos"
+    """WMReplay directory whose (h, a, o_next) records are the corpus."""
+    output_dir: str = "runs/base-model"
+    """Where the pretrained model and its tokenizer are saved."""
+    steps: int = 600
+    """Optimizer steps."""
+    batch_size: int = 16
+    """Transcripts per optimizer step."""
+    lr: float = 3e-3
+    """AdamW learning rate (a tiny random model needs a large one)."""
+    max_seq_len: int = 1024
+    """Longest transcript row; the observation is cut first, then the prompt from the left."""
+    seed: int = 0
+    """Shuffling seed."""
+    device: str | None = None
+    """cpu, cuda ... (None: CUDA when available)."""
+    progress: bool = True
+    """Show a progress bar."""
+
+
+def transcript_rows(policy, replay_dir: str | Path, max_seq_len: int) -> list[list[int]]:
+    """Token ids of chat(h) ⊕ a ⊕ <end of turn> ⊕ o_next for every record with an action."""
+    from training.batch import serialize
+    from wrappers import WMReplay
+
+    eos = policy.eos_ids[0]
+    rows = []
+    for record in WMReplay.load(replay_dir):
+        action = str(record.get("a") or "")
+        if not action:
+            continue
+        prompt_ids, _ = policy.encode_prompt(str(record["h"]), max_new_tokens=1)
+        action_ids = policy.tokenizer(action, add_special_tokens=False)["input_ids"] + [eos]
+        obs_ids = policy.tokenizer(str(record.get("o_next") or ""),
+                                   add_special_tokens=False)["input_ids"]
+        rows.append(serialize(prompt_ids, action_ids, obs_ids, max_seq_len)[0])
+    if not rows:
+        raise ValueError(f"replay {str(replay_dir)!r} has no transition with an action")
+    return rows
+
+
+def run_pretrain(config: PretrainConfig) -> tuple[Path, list[dict[str, Any]]]:
+    """Pretrain and save to ``config.output_dir``; returns the path and the mean loss over
+    each twentieth of the run."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from agents.hf_policy import HFPolicy
+
+    if config.steps < 1 or config.batch_size < 1:
+        raise ValueError(f"steps ({config.steps}) and batch_size ({config.batch_size}) must be "
+                         f">= 1")
+    torch.manual_seed(config.seed)
+    policy = HFPolicy(config.model, device=config.device, dtype="auto", seed=config.seed)
+    model = policy.model.eval()  # no dropout (the tiny models have none)
+    rows = transcript_rows(policy, config.replay, config.max_seq_len)
+    device = next(model.parameters()).device
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
+    rng = random.Random(config.seed)
+    order: list[int] = []
+    history, loss_sum, since = [], 0.0, 0
+    every = max(1, config.steps // 20)
+    for step in tqdm(range(1, config.steps + 1), desc="pretraining", unit="step",
+                     disable=not config.progress):
+        if len(order) < config.batch_size:  # a fresh shuffled pass when the current one runs out
+            order = rng.sample(range(len(rows)), len(rows)) + order
+        batch = [rows[order.pop()] for _ in range(min(config.batch_size, len(rows)))]
+        width = max(map(len, batch))
+        ids = torch.tensor([r + [policy.pad_id] * (width - len(r)) for r in batch], device=device)
+        real = torch.tensor([[1.0] * len(r) + [0.0] * (width - len(r)) for r in batch],
+                            device=device)[:, 1:]
+        logits = model(input_ids=ids, use_cache=False).logits[:, :-1].float()
+        token_loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:],
+                                                       reduction="none")
+        loss = (token_loss * real).sum() / real.sum()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        loss_sum, since = loss_sum + loss.item(), since + 1
+        if step % every == 0 or step == config.steps:
+            history.append({"step": step, "loss": loss_sum / since})
+            loss_sum, since = 0.0, 0
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out), safe_serialization=True)
+    policy.tokenizer.save_pretrained(str(out))
+    return out, history
+
+
+def reading_probe(policy, env_id: str, seeds: Sequence[int], *,
+                  thought: str = "I follow the expert plan.", **env_settings: Any) -> float:
+    """Share of the reset prompts of ``seeds`` whose expert action the policy ranks first among
+    the admissible actions by log p(response | prompt); responses are formatted like
+    :class:`agents.baselines.ExpertAgent`'s (``thought`` in ``<think>``)."""
+    import torch
+
+    from agents.baselines import format_action
+    from agents.envs import action_format_of, make_agent_env
+
+    env = make_agent_env(env_id, **env_settings)
+    model, tokenizer = policy.model, policy.tokenizer
+    device = next(model.parameters()).device
+    hits = 0
+    try:
+        for seed in seeds:
+            prompt, info = env.reset(seed=int(seed))
+            actions = list(info["admissible_actions"])
+            expert = env.unwrapped.expert_action()
+            prompt_ids, _ = policy.encode_prompt(prompt, max_new_tokens=1)
+            responses = [tokenizer(format_action(a, action_format_of(env), thought),
+                                   add_special_tokens=False)["input_ids"] for a in actions]
+            width = len(prompt_ids) + max(map(len, responses))
+            ids = torch.tensor([prompt_ids + r + [policy.pad_id] * (width - len(prompt_ids) -
+                                                                   len(r)) for r in responses],
+                               device=device)
+            with torch.no_grad():
+                logprobs = model(input_ids=ids, use_cache=False).logits.float().log_softmax(-1)
+            start = len(prompt_ids)
+            scores = [sum(float(logprobs[i, start + j - 1, token]) for j, token in enumerate(r))
+                      for i, r in enumerate(responses)]
+            hits += actions[max(range(len(actions)), key=scores.__getitem__)] == expert
+    finally:
+        env.close()
+    return hits / max(1, len(seeds))
+
+
+def cached_build(recipe: dict[str, Any], build: Callable[[Path], None]) -> tuple[Path, bool]:
+    """The folder ``build(folder)`` fills for ``recipe``, kept under
+    ``$PAW_GYM_CACHE/tiny-base/<hash of recipe>`` and built only when absent.
+
+    ``build`` writes into a private temporary folder that is renamed into place when complete
+    (``recipe.json`` marks completion), so an interrupted build is never mistaken for a finished
+    one and parallel builders never see half a folder. Returns ``(folder, built_now)``.
+    """
+    from paw_gym.cache import cache_home
+
+    text = json.dumps(recipe, sort_keys=True)
+    path = cache_home() / "tiny-base" / hashlib.sha256(text.encode()).hexdigest()[:20]
+    if (path / "recipe.json").is_file():
+        return path, False
+    scratch = path.with_name(f"{path.name}.building-{os.getpid()}")
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    try:
+        build(scratch)
+        (scratch / "recipe.json").write_text(text, encoding="utf-8")
+        try:
+            scratch.rename(path)
+        except OSError:  # another process completed the same recipe first: keep theirs
+            if not (path / "recipe.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return path, True
