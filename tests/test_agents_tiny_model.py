@@ -72,3 +72,26 @@ def test_cli_names_bad_input(tmp_path, capsys):
     assert main(["build-tiny-model", "--import", "no_such_module_xyz", "--out",
                  str(tmp_path)]) == 2
     assert "no_such_module_xyz" in capsys.readouterr().err
+
+
+def test_cli_pretrains_on_noisy_expert_episodes(tmp_path, capsys):
+    out = tmp_path / "tiny"
+    assert main(["build-tiny-model", "--env", GUESS_ID, "--episodes", "2", "--out", str(out),
+                 "--pretrain-steps", "20", "--pretrain-episodes", "10", "--epsilon", "0.3"]) == 0
+    printed = capsys.readouterr().out
+    assert "pretrained" in printed and "for 20 steps on 10 episodes per env" in printed
+    first, last = (float(x) for x in printed.split("loss ")[1].split(" in ")[0].split(" -> "))
+    assert last < first
+    assert AutoModelForCausalLM.from_pretrained(out).config.model_type == "qwen2"
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--pretrain-steps", "-1"], "--pretrain-steps"),
+    (["--epsilon", "2"], "--epsilon"),
+    (["--pretrain-steps", "5", "--env", "Test/GuessNumber-v0", "--pretrain-episodes", "0"],
+     "--pretrain-episodes"),
+])
+def test_cli_names_bad_pretraining_flags_before_any_work(tmp_path, capsys, flags, named):
+    out = tmp_path / "tiny"
+    assert main(["build-tiny-model", "--out", str(out), *flags]) == 2
+    assert named in capsys.readouterr().err and not out.exists()
