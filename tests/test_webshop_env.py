@@ -204,3 +204,28 @@ def test_default_make_has_all_three_splits():
     assert info["task_id"].startswith("webshop-train-")
     assert len(made.unwrapped.goals) >= 1500
     assert len(WebShopEnv(split="dev", cache_dir=False).goals) == 1000
+
+
+def test_visible_expert_acts_only_on_what_the_pages_show():
+    from paw_gym.webshop.expert import instruction_phrase
+
+    env = WebShopEnv(split="test", cache_dir=False, expert="visible")
+    wins = 0
+    for goal_index in range(60):
+        obs, info = env.reset(options={"goal_index": goal_index})
+        assert env.expert_action() == f"search[{instruction_phrase(env.goal)}]"
+        obs, *_ = env.step(env.expert_action())
+        first_id = obs.split(" [SEP] ")[obs.split(" [SEP] ").index("Next >") + 1]
+        action = env.expert_action()
+        assert action == f"click[{first_id}]" and first_id.isupper()  # the ID as displayed
+        for _ in range(12):
+            obs, reward, terminated, _, info = env.step(action)
+            assert not info["invalid_action"], action
+            if terminated:
+                wins += info["won"]
+                break
+            action = env.expert_action()
+        assert terminated
+    assert 0 < wins < 60  # no hidden information: it buys the first hit, often not the target
+    with pytest.raises(ValueError, match="expert 'oracle'"):
+        WebShopEnv(split="test", cache_dir=False, expert="oracle")

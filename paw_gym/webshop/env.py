@@ -35,6 +35,7 @@ from paw_gym.webshop.reward import Goal, purchase_reward
 
 _ACTION = re.compile(r"^\s*(search|click)\[(.*)\]\s*$", re.DOTALL)
 GOAL_SAMPLING = ("weighted", "uniform")
+EXPERTS = ("target", "visible")
 
 
 def parse_action(action: str) -> tuple[str, str] | None:
@@ -96,6 +97,8 @@ class WebShopEnv(TextEnv):
             attribute-rarity weights) or "uniform".
         cache_dir: where the search index (and the generated catalog) is cached; default
             ``$PAW_CACHE_DIR`` or ``~/.cache/paw_gym``; ``False`` keeps both in memory only.
+        expert: what ``expert_action`` follows: "target" (knows the goal's product; the
+            solvability check) or "visible" (only what the pages show; honest SFT demos).
         render_mode: "ansi" or "human".
     """
 
@@ -106,8 +109,10 @@ class WebShopEnv(TextEnv):
                  num_products: int | None = 1000, catalog_seed: int = 0,
                  goal_source: str = "synthetic", goal_sampling: str = "weighted",
                  cache_dir: str | os.PathLike | bool | None = None,
-                 render_mode: str | None = None):
+                 expert: str = "target", render_mode: str | None = None):
         super().__init__(render_mode=render_mode)
+        if expert not in EXPERTS:
+            raise ValueError(f"expert {expert!r} is not one of {EXPERTS}")
         if goal_source not in GOAL_SOURCES:
             raise ValueError(f"goal_source {goal_source!r} is not one of {GOAL_SOURCES}")
         if goal_sampling not in GOAL_SAMPLING:
@@ -133,6 +138,7 @@ class WebShopEnv(TextEnv):
         self.data_source = self.catalog.source
         self.goal_index = 0
         self.goal: Goal = self.goals[0]
+        self.expert = expert
         self._expert = None
         self._new_session()
 
@@ -239,8 +245,10 @@ class WebShopEnv(TextEnv):
 
     # -- expert -----------------------------------------------------------------------------
     def expert_action(self) -> str:
-        """The scripted expert's next bare action for the current state (see ``expert.py``)."""
-        from paw_gym.webshop.expert import WebShopExpert
+        """The scripted expert's next bare action for the current state (see ``expert.py``):
+        ``expert="target"`` knows the goal's product, ``"visible"`` only what the pages show."""
+        from paw_gym.webshop.expert import VisibleExpert, WebShopExpert
         if self._expert is None:
-            self._expert = WebShopExpert(self.catalog)
+            self._expert = (WebShopExpert(self.catalog) if self.expert == "target"
+                            else VisibleExpert())
         return self._expert.next_action(self)

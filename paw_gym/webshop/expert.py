@@ -9,8 +9,14 @@ target is listed, opens it, clicks each goal option, and buys. The query is the 
 3. the target's title,
 
 whose top 50 hits contain the target (checked with the same search engine the env uses),
-so that every episode fits WebShop's 15-step limit. It is used for SFT demonstrations and
-as the solvability check of goals and catalogs.
+so that every episode fits WebShop's 15-step limit. It is used as the solvability check of
+goals and catalogs.
+
+:class:`VisibleExpert` uses nothing a policy cannot see: the instruction's product phrase as
+the query, the first result (its ID written as the page shows it), the options the instruction
+names, buy. A policy can learn exactly this mapping from its prompt, so it is the honest SFT
+target (``WebShopEnv(expert="visible")``); it wins far less often than the target-knowing
+expert (docs/webshop.md).
 """
 
 from __future__ import annotations
@@ -86,6 +92,33 @@ class WebShopExpert:
                 continue  # not selectable on this page (e.g. a human goal's free-text option)
             if name and clickable.target != name:
                 continue  # the value also names an option of a later group, which wins
+            if env.options.get(clickable.target) != value:
+                return f"click[{value}]"
+        return "click[buy now]"
+
+
+class VisibleExpert:
+    """The next action of a shopper who knows only what the pages show (module docstring)."""
+
+    def next_action(self, env: "WebShopEnv") -> str:
+        goal, page = env.goal, env.page
+        if page.name == "done":
+            return ""
+        if page.name == "search":
+            return f"search[{instruction_phrase(goal)}]"
+        if page.name == "sub_page":
+            return "click[< prev]"
+        if page.name == "results":
+            if env.product is not None or not env.results:
+                return "click[back to search]"
+            first = env.results[(env.result_page - 1) * PRODUCTS_PER_PAGE]
+            return f"click[{first.asin.upper()}]"  # as displayed (WebShop IDs are upper case)
+        for name, value in zip(goal.option_names, goal.goal_options):  # item page
+            clickable = page.clickables.get(value)
+            if clickable is None or clickable.kind != "option":
+                continue
+            if name and clickable.target != name:
+                continue
             if env.options.get(clickable.target) != value:
                 return f"click[{value}]"
         return "click[buy now]"
