@@ -45,10 +45,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "paw_ce": {"algo": "grpo", "paw": True, "wm_loss": "ce"},
     "paw_fixed_lambda": {"algo": "grpo", "paw": True, "adaptive_coef": False},
     "grpo_std_norm_off": {"algo": "grpo", "paw": False, "norm_adv_by_std": False},
+    "grpo_entropy": {"algo": "grpo", "paw": False, "entropy_coef": 0.01},
 }
 #: (variant, baseline) pairs the report compares.
 PAIRS = [("grpo_paw", "grpo"), ("gigpo_paw", "gigpo"), ("paw_ce", "grpo_paw"),
-         ("paw_fixed_lambda", "grpo_paw"), ("grpo_std_norm_off", "grpo")]
+         ("paw_fixed_lambda", "grpo_paw"), ("grpo_std_norm_off", "grpo"),
+         ("grpo_entropy", "grpo")]
 RESULTS = Path(__file__).resolve().parent / "results" / "study_shelf"
 #: RL updates per study run: fewer than the regression test's 12, so that variants are compared
 #: while they are still learning rather than all at the 100 % ceiling.

@@ -162,6 +162,7 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
             probe["after_pretraining"] = reading_probe(HFPolicy(str(model), device="cpu"),
                                                        config.env_id, **probe_tasks)
             probe["pretraining_loss"] = losses
+            shutil.rmtree(tiny)
         else:
             model.rename(folder / "model")
         (folder / "probe.json").write_text(json.dumps(probe, indent=2), encoding="utf-8")
