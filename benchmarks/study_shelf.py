@@ -108,21 +108,27 @@ def train_and_evaluate(start: Path, output_dir: Path, seed: int = 0, updates: in
                                          "invalid_frac")} for h in history]}
 
 
-def run_cell(start: str, variant: str, seed: int, work: Path) -> Path:
-    """One (start, variant, seed) run, written to ``RESULTS``; skipped when already there."""
+def results_dir(updates: int = STUDY_UPDATES) -> Path:
+    """Where runs of ``updates`` RL updates are kept (the study's budget: ``RESULTS``)."""
+    return RESULTS if updates == STUDY_UPDATES else RESULTS.with_name(f"study_shelf_u{updates}")
+
+
+def run_cell(start: str, variant: str, seed: int, work: Path,
+             updates: int = STUDY_UPDATES) -> Path:
+    """One (start, variant, seed) run, written to :func:`results_dir`; skipped when there."""
     import torch
 
-    path = RESULTS / f"{start}__{variant}__s{seed}.json"
+    path = results_dir(updates) / f"{start}__{variant}__s{seed}.json"
     if path.is_file():
         return path
     torch.set_num_threads(1)
     model = build_start(work / f"start-{start}", STARTS[start])
     clock = time.process_time()
-    result = train_and_evaluate(model, work / "runs" / path.stem, seed=seed,
-                                updates=STUDY_UPDATES, **VARIANTS[variant])
-    result.update(start=start, variant=variant, seed=seed,
+    result = train_and_evaluate(model, work / "runs" / f"u{updates}" / path.stem, seed=seed,
+                                updates=updates, **VARIANTS[variant])
+    result.update(start=start, variant=variant, seed=seed, updates=updates,
                   cpu_s=round(time.process_time() - clock, 1))
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1), encoding="utf-8")
     return path
 
@@ -139,10 +145,11 @@ def mean_ci(values: list[float]) -> tuple[float, float]:
     return mean, t.ppf(0.975, n - 1) * sd / math.sqrt(n)
 
 
-def report() -> str:
-    """Markdown tables (RL gain per variant; paired differences) and ``study_shelf.png``."""
+def report(updates: int = STUDY_UPDATES) -> str:
+    """Markdown tables (RL gain per variant; paired differences) and a plot of the curves."""
+    folder = results_dir(updates)
     runs: dict[tuple[str, str], dict[int, dict]] = {}
-    for path in sorted(RESULTS.glob("*.json")):
+    for path in sorted(folder.glob("*.json")):
         r = json.loads(path.read_text(encoding="utf-8"))
         runs.setdefault((r["start"], r["variant"]), {})[r["seed"]] = r
     lines = []
@@ -171,11 +178,11 @@ def report() -> str:
                 lines.append(f"| {variant} − {baseline} | {len(seeds)} | {diff:+.1f} ± "
                              f"{half:.1f} |")
         lines.append("")
-    _plot(runs)
+    _plot(runs, folder.with_suffix(".png"))
     return "\n".join(lines)
 
 
-def _plot(runs) -> None:
+def _plot(runs, out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -195,12 +202,13 @@ def _plot(runs) -> None:
             steps = np.arange(1, curves.shape[1] + 1)
             mean, sd = curves.mean(0), curves.std(0)
             ax.plot(steps, mean, label=f"{variant} ({len(rs)} seeds)")
-            ax.fill_between(steps, mean - sd, mean + sd, alpha=0.2)
+            ax.fill_between(steps, np.clip(mean - sd, 0, 100), np.clip(mean + sd, 0, 100),
+                            alpha=0.2)
         ax.set(title=f"PaW/Shelf-v0, start {start}", xlabel="update",
                ylabel="training success % (mean ± sd over seeds)")
         ax.legend()
     fig.tight_layout()
-    fig.savefig(RESULTS.parent / "study_shelf.png", dpi=100)
+    fig.savefig(out, dpi=100)
     plt.close(fig)
 
 
@@ -211,6 +219,8 @@ def main(argv=None) -> int:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--workers", type=int, default=1, help="parallel runs (1 thread each)")
     parser.add_argument("--work", default="runs/study_shelf", help="models and trainer runs")
+    parser.add_argument("--updates", type=int, default=STUDY_UPDATES,
+                        help="RL updates per run (12: the regression test's budget)")
     parser.add_argument("--report", action="store_true", help="only print the report")
     args = parser.parse_args(argv)
     if not args.report:
@@ -224,12 +234,13 @@ def main(argv=None) -> int:
             from concurrent.futures import ProcessPoolExecutor
 
             with ProcessPoolExecutor(args.workers) as pool:
-                for path in pool.map(run_cell, *zip(*cells), [work] * len(cells)):
+                for path in pool.map(run_cell, *zip(*cells), [work] * len(cells),
+                                     [args.updates] * len(cells)):
                     print("done", path.name, flush=True)
         else:
             for cell in cells:
-                print("done", run_cell(*cell, work).name, flush=True)
-    print(report())
+                print("done", run_cell(*cell, work, args.updates).name, flush=True)
+    print(report(args.updates))
     return 0
 
 
