@@ -75,7 +75,7 @@ class ExpertAgent(Agent):
                 raise TypeError(f"{type(env.unwrapped).__name__} has no expert_action(); "
                                 "ExpertAgent needs an env with a scripted expert")
             admissible = info.get("admissible_actions") or []
-            explore = self.epsilon > 0 and admissible and rng.random() < self.epsilon
+            explore = bool(admissible) and self.epsilon > 0 and rng.random() < self.epsilon
             action = rng.choice(admissible) if explore else expert()
             outputs.append(text_output(format_action(action, action_format_of(env),
                                                      "I follow the expert plan.")))

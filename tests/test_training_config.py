@@ -43,6 +43,7 @@ def test_every_field_has_a_docstring():
     ({"wm_loss": "l2"}, "wm_loss='l2'"),
     ({"alpha": 0.0}, "alpha=0.0"),
     ({"n_groups": 0}, "n_groups=0"),
+    ({"entropy_coef": -0.1}, "entropy_coef=-0.1"),
     ({"nonsense": 1}, "unknown config key"),
 ])
 def test_bad_values_are_named(values, message):

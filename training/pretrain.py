@@ -151,9 +151,9 @@ def reading_probe(policy, env_id: str, seeds: Sequence[int], *,
             prompt_ids, _ = policy.encode_prompt(prompt, max_new_tokens=1)
             responses = [tokenizer(format_action(a, action_format_of(env), thought),
                                    add_special_tokens=False)["input_ids"] for a in actions]
-            width = len(prompt_ids) + max(map(len, responses))
-            ids = torch.tensor([prompt_ids + r + [policy.pad_id] * (width - len(prompt_ids) -
-                                                                   len(r)) for r in responses],
+            rows = [prompt_ids + r for r in responses]
+            width = max(map(len, rows))  # right padding: no real token attends to it
+            ids = torch.tensor([r + [policy.pad_id] * (width - len(r)) for r in rows],
                                device=device)
             with torch.no_grad():
                 logprobs = model(input_ids=ids, use_cache=False).logits.float().log_softmax(-1)
