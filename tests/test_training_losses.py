@@ -253,3 +253,36 @@ def test_gae_lambda_one_gamma_one_is_return_minus_value():
     r, v = torch.tensor([0.0, 0.0, 1.0]), torch.tensor([0.2, 0.4, 0.6])
     a, _ = adv.gae(r, v)
     assert a.tolist() == pytest.approx([0.8, 0.6, 0.4])
+
+
+# ---------------------------------------------------------------- estimator settings reach the batch
+def _trajectories(returns_per_group):
+    from agents.types import PolicyOutput, Trajectory, Transition
+
+    out = PolicyOutput("a", [1], [2], [-0.5], [0.3])
+    trajectories = []
+    for group, returns in enumerate(returns_per_group):
+        for ret in returns:
+            step = Transition("h", out, "a", f"o{ret}", ret, True, False, False)
+            trajectories.append(Trajectory("t", "x", group, [step], won=ret > 0,
+                                           initial_observation="s0"))
+    return trajectories
+
+
+@pytest.mark.parametrize("algo", ["grpo", "gigpo"])
+def test_norm_adv_by_std_switches_to_mean_centring(algo):
+    from training.config import TrainConfig
+    from training.rollout_batch import step_advantages
+
+    # A group without a win whose returns differ only by a -0.1 penalty, and a group with one.
+    trajectories = _trajectories([[0.0, -0.1], [10.0, 0.0]])
+    scaled = step_advantages(trajectories, TrainConfig(algo=algo))
+    centred = step_advantages(trajectories, TrainConfig(algo=algo, norm_adv_by_std=False))
+    # std-normalised: the penalty group gets ±1/sqrt(2), as strong as the win group's
+    factor = 2 if algo == "gigpo" else 1
+    assert [a[0] for a in scaled] == pytest.approx(
+        [factor * c / math.sqrt(2) for c in (1, -1, 1, -1)], rel=1e-4)
+    # mean-centred: ±0.05 vs ±5. GiGPO adds an equal step advantage: each trajectory acts once,
+    # from the group's shared state s0, so the anchor group is the rollout group.
+    assert [a[0] for a in centred] == pytest.approx(
+        [factor * x for x in (0.05, -0.05, 5.0, -5.0)])
