@@ -198,3 +198,15 @@ def test_collector_groups_share_tasks(tiny_model_dir, tmp_path):
     assert [t.group_index for t in trajectories] == [0, 0, 1, 1]
     assert trajectories[0].task_id == trajectories[1].task_id
     assert all(len(t) <= 2 for t in trajectories)
+
+
+def test_entropy_bonus_reaches_the_objective_and_changes_the_update(tiny_model_dir, tmp_path):
+    runs = {}
+    for coef in (0.0, 0.5):
+        trainer = PaWTrainer(_config(tiny_model_dir, tmp_path / str(coef), entropy_coef=coef,
+                                     total_steps=1, lora=False, paw=False))
+        assert trainer.settings.entropy_coef == coef
+        trainer.train()
+        runs[coef] = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    # Same seed, same rollout: only the entropy term differs, so the weights must too.
+    assert any(not torch.equal(runs[0.0][n], runs[0.5][n]) for n in runs[0.0])
