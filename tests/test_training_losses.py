@@ -105,6 +105,30 @@ def test_alpha_one_selects_all_and_float_rounding_is_safe():
     assert select_by_entropy(torch.tensor([]), 0.75).numel() == 0
 
 
+def test_transitions_without_a_target_are_not_selected_nor_counted():
+    # Row 1 (the highest entropy) has no next observation. 4 eligible rows, α = 0.5 keeps
+    # ⌈0.5 · 4⌉ = 2 of them: rows 3 and 0; row 1 is neither selected nor in N.
+    ent = torch.tensor([0.8, 0.95, 0.1, 0.9, 0.2])
+    eligible = torch.tensor([True, False, True, True, True])
+    assert select_by_entropy(ent, 0.5, eligible).tolist() == [True, False, False, True, False]
+    assert select_by_entropy(ent, 1.0, eligible).tolist() == eligible.tolist()
+
+
+def test_empty_next_observations_are_out_of_the_wm_term_in_the_batch(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from training.config import TrainConfig
+    from training.rollout_batch import build_batch
+
+    trajectories = _trajectories([[0.0, 10.0]])
+    trajectories[1].transitions[0].next_observation = ""  # e.g. search QA after <answer>
+    trajectories[1].transitions[0].output.entropies = [2.0]  # the higher entropy
+    batch = build_batch(trajectories, AutoTokenizer.from_pretrained(tiny_model_dir),
+                        TrainConfig(alpha=0.5))
+    assert batch.selected.tolist() == [True, False]
+    assert batch.samples[0].obs_len > 0 and batch.samples[1].obs_len == 0
+
+
 @pytest.mark.parametrize("alpha", [0.0, -0.1, 1.5])
 def test_select_by_entropy_rejects_bad_alpha(alpha):
     with pytest.raises(ValueError, match="alpha"):
@@ -112,11 +136,15 @@ def test_select_by_entropy_rejects_bad_alpha(alpha):
 
 
 # ---------------------------------------------------------------- adaptive_wm_coef
-def test_adaptive_coef_values_and_clamping():
+def test_adaptive_coef_follows_eq_10_without_an_upper_clamp():
     assert adaptive_wm_coef(2.5, 10.0) == pytest.approx(0.75)
-    assert adaptive_wm_coef(-0.3, 10.0) == 1.0   # invalid-action penalties push R below 0
-    assert adaptive_wm_coef(12.0, 10.0) == 0.0
+    # invalid-action penalties push R̄ below 0: Eq. 10 gives 1 − (−0.3)/10 = 1.03
+    assert adaptive_wm_coef(-0.3, 10.0) == pytest.approx(1.03)
+    assert adaptive_wm_coef(-0.3, 10.0, clamp_above=True) == 1.0   # lambda_clamp: true
+    assert adaptive_wm_coef(12.0, 10.0) == 0.0                      # floor at 0 only
     t = adaptive_wm_coef(torch.tensor([0.0, 5.0, -1.0, 20.0]), 10.0)
+    assert t.tolist() == pytest.approx([1.0, 0.5, 1.1, 0.0])
+    t = adaptive_wm_coef(torch.tensor([0.0, 5.0, -1.0, 20.0]), 10.0, clamp_above=True)
     assert t.tolist() == pytest.approx([1.0, 0.5, 1.0, 0.0])
     with pytest.raises(ValueError, match="r_max"):
         adaptive_wm_coef(1.0, 0.0)
@@ -259,10 +287,10 @@ def test_gae_lambda_one_gamma_one_is_return_minus_value():
 def _trajectories(returns_per_group):
     from agents.types import PolicyOutput, Trajectory, Transition
 
-    out = PolicyOutput("a", [1], [2], [-0.5], [0.3])
     trajectories = []
     for group, returns in enumerate(returns_per_group):
         for ret in returns:
+            out = PolicyOutput("a", [1], [2], [-0.5], [0.3])
             step = Transition("h", out, "a", f"o{ret}", ret, True, False, False)
             trajectories.append(Trajectory("t", "x", group, [step], won=ret > 0,
                                            initial_observation="s0"))

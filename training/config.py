@@ -94,6 +94,9 @@ class TrainConfig:
     """CMAE confidence threshold."""
     adaptive_coef: bool = True
     """Reward-adaptive λ_g (False: λ_g ≡ 1)."""
+    lambda_clamp: bool = False
+    """Cap λ_g = max(0, 1 − R̄_g / r_max) at 1. The paper's Eq. 10 has no cap, so a group whose
+    invalid-action penalties make R̄_g < 0 gets λ_g > 1 (False, the default)."""
     norm_adv_by_std: bool = True
     """GRPO / GiGPO: divide group-centred returns by the group std (the paper's setting). False is
     "Dr. GRPO" (mean-centring only): with std normalisation, a group without a win whose returns

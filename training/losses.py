@@ -58,12 +58,16 @@ def clipped_token_fraction(logprobs: torch.Tensor, mask: torch.Tensor, rho: floa
     return clipped.sum().to(logprobs.dtype) / total
 
 
-def select_by_entropy(entropies: torch.Tensor, alpha: float) -> torch.Tensor:
+def select_by_entropy(entropies: torch.Tensor, alpha: float,
+                      eligible: torch.Tensor | None = None) -> torch.Tensor:
     """Keep the ⌈α·N⌉ highest-entropy transitions of the update (ties: lower index first).
 
     Args:
         entropies: ``[N]`` mean action-token entropy H(a_t | h_t) of each transition.
         alpha: retained fraction in (0, 1].
+        eligible: ``[N]`` bool, the transitions that can be selected (default: all); N then
+            counts the eligible ones only. Transitions without a next observation (search QA
+            after ``<answer>``) have no world-model target and are not eligible.
 
     Returns:
         ``[N]`` bool mask of the selected transitions.
@@ -71,26 +75,35 @@ def select_by_entropy(entropies: torch.Tensor, alpha: float) -> torch.Tensor:
     if not 0.0 < alpha <= 1.0:
         raise ValueError(f"alpha={alpha!r} must be in (0, 1]")
     entropies = torch.as_tensor(entropies, dtype=torch.float64).reshape(-1)
-    n = entropies.numel()
+    eligible = (torch.ones(entropies.numel(), dtype=torch.bool) if eligible is None
+                else torch.as_tensor(eligible, dtype=torch.bool).reshape(-1))
+    candidates = eligible.nonzero().squeeze(-1)
+    n = candidates.numel()
     # A small tolerance so that e.g. 0.7 * 10 = 7.000000000000001 keeps 7, not 8.
     keep = min(n, math.ceil(alpha * n - 1e-9))
     # Stable descending sort keeps equal entropies in index order, so ties favour lower indices.
-    order = torch.sort(entropies, descending=True, stable=True).indices
-    selected = torch.zeros(n, dtype=torch.bool)
-    selected[order[:keep]] = True
+    order = torch.sort(entropies[candidates], descending=True, stable=True).indices
+    selected = torch.zeros(entropies.numel(), dtype=torch.bool)
+    selected[candidates[order[:keep]]] = True
     return selected
 
 
-def adaptive_wm_coef(mean_return, r_max: float):
-    """Reward-adaptive WM weight λ_g = clamp(1 − R̄_g / R_max, 0, 1).
+def adaptive_wm_coef(mean_return, r_max: float, clamp_above: bool = False):
+    """Reward-adaptive WM weight λ_g = max(0, 1 − R̄_g / R_max) (the paper's Eq. 10).
+
+    The equation has no upper bound: a group whose invalid-action penalties make R̄_g < 0 gets
+    λ_g > 1. ``clamp_above`` also caps it at 1 (``lambda_clamp`` in the trainer's config). The
+    floor at 0 only guards R̄_g > R_max, which a correct ``r_max`` never allows.
 
     Accepts a float (returns a float) or a tensor of group mean returns (returns a tensor).
     """
     if not r_max > 0:
         raise ValueError(f"r_max={r_max!r} must be positive")
+    upper = 1.0 if clamp_above else None
     if isinstance(mean_return, torch.Tensor):
-        return (1.0 - mean_return / r_max).clamp(0.0, 1.0)
-    return min(1.0, max(0.0, 1.0 - float(mean_return) / r_max))
+        return (1.0 - mean_return / r_max).clamp(min=0.0, max=upper)
+    value = max(0.0, 1.0 - float(mean_return) / r_max)
+    return min(1.0, value) if clamp_above else value
 
 
 def ppo_clip_token_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor,

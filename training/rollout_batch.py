@@ -84,13 +84,16 @@ def build_batch(trajectories: list[Trajectory], tokenizer, config: TrainConfig,
             if s.output.response_ids]
     entropies = torch.tensor([trajectories[ti].transitions[si].output.mean_entropy
                               for ti, si in flat], dtype=torch.float64)
-    selected = (select_by_entropy(entropies, config.alpha) if config.paw and flat
-                else torch.zeros(len(flat), dtype=torch.bool))
+    # A transition without a next observation has no WM target: not selectable, not in |S_g|.
+    has_target = torch.tensor([bool(trajectories[ti].transitions[si].next_observation)
+                               for ti, si in flat], dtype=torch.bool)
+    selected = (select_by_entropy(entropies, config.alpha, eligible=has_target)
+                if config.paw and flat else torch.zeros(len(flat), dtype=torch.bool))
     group_returns: dict[int, list[float]] = {}
     for t in trajectories:
         group_returns.setdefault(t.group_index, []).append(t.total_reward)
-    group_lambda = {g: (adaptive_wm_coef(sum(r) / len(r), config.r_max) if config.adaptive_coef
-                        else 1.0) for g, r in group_returns.items()}
+    group_lambda = {g: (adaptive_wm_coef(sum(r) / len(r), config.r_max, config.lambda_clamp)
+                        if config.adaptive_coef else 1.0) for g, r in group_returns.items()}
     samples = []
     cut_prompts = 0
     for row, (ti, si) in enumerate(flat):
