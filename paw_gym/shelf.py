@@ -57,6 +57,9 @@ class ShelfEnv(TextEnv):
     def _reset(self, options: dict[str, Any]):
         rng = self.np_random
         self.target = str(options.get("target") or rng.choice(SPLITS[self.split]))
+        if self.target not in ITEMS:
+            raise ValueError(f"options['target']={self.target!r} is not an item; items are "
+                             f"'<colour> <object>' with colours {COLOURS} and objects {OBJECTS}")
         size = int(rng.choice(self.shelf_sizes))
         others = [item for item in ITEMS if item != self.target]
         shelf = [str(x) for x in rng.choice(others, size=size - 1, replace=False)] + [self.target]

@@ -85,6 +85,10 @@ def test_bad_arguments_are_named():
         ShelfEnv("dev")
     with pytest.raises(ValueError, match="shelf_sizes"):
         ShelfEnv(shelf_sizes=(1,))
+    with pytest.raises(ValueError, match="'purple cat' is not an item"):
+        ShelfEnv().reset(seed=0, options={"target": "purple cat"})
+    observation, _ = ShelfEnv().reset(seed=0, options={"target": "red mug"})
+    assert observation.startswith("Task: buy the red mug.")
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
