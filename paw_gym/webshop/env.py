@@ -249,6 +249,6 @@ class WebShopEnv(TextEnv):
         ``expert="target"`` knows the goal's product, ``"visible"`` only what the pages show."""
         from paw_gym.webshop.expert import VisibleExpert, WebShopExpert
         if self._expert is None:
-            self._expert = (WebShopExpert(self.catalog) if self.expert == "target"
-                            else VisibleExpert())
+            self._expert = (WebShopExpert if self.expert == "target" else VisibleExpert)(
+                self.catalog)
         return self._expert.next_action(self)

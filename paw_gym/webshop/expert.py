@@ -42,6 +42,21 @@ def instruction_phrase(goal: Goal) -> str:
     return _FIND_ME.sub("", text).strip().lower()
 
 
+def _next_goal_option(env: "WebShopEnv") -> str | None:
+    """On an item page, the click on the next option the instruction names that is not chosen
+    yet (None when all are): option values are visible in the instruction."""
+    goal, page = env.goal, env.page
+    for name, value in zip(goal.option_names, goal.goal_options):
+        clickable = page.clickables.get(value)
+        if clickable is None or clickable.kind != "option":
+            continue  # not selectable on this page (e.g. a human goal's free-text option)
+        if name and clickable.target != name:
+            continue  # the value also names an option of a later group, which wins
+        if env.options.get(clickable.target) != value:
+            return f"click[{value}]"
+    return None
+
+
 class WebShopExpert:
     """Chooses the next bare action of the expert for a :class:`WebShopEnv` state."""
 
@@ -66,59 +81,48 @@ class WebShopExpert:
         return self._queries[key]
 
     def next_action(self, env: "WebShopEnv") -> str:
-        goal, page = env.goal, env.page
+        page = env.page
         if page.name == "done":
             return ""
         if page.name == "search":
-            return f"search[{self.query_for(goal)}]"
+            return f"search[{self.query_for(env.goal)}]"
         if page.name == "sub_page":
             return "click[< prev]"
         if page.name == "results":
-            rank = next((i for i, p in enumerate(env.results) if p.asin == goal.asin), None)
-            if rank is None:
-                return "click[back to search]"
-            wanted_page = rank // PRODUCTS_PER_PAGE + 1
-            if wanted_page > env.result_page:
-                return "click[next >]"
-            if wanted_page < env.result_page:
-                return "click[< prev]"
-            return f"click[{goal.asin.lower()}]"
-        # item page
-        if env.product is None or env.product.asin != goal.asin:
+            return self.results_action(env)
+        return self.item_action(env)
+
+    def results_action(self, env: "WebShopEnv") -> str:
+        """Page to the target and open it."""
+        goal = env.goal
+        rank = next((i for i, p in enumerate(env.results) if p.asin == goal.asin), None)
+        if rank is None:
+            return "click[back to search]"
+        wanted_page = rank // PRODUCTS_PER_PAGE + 1
+        if wanted_page > env.result_page:
+            return "click[next >]"
+        if wanted_page < env.result_page:
             return "click[< prev]"
-        for name, value in zip(goal.option_names, goal.goal_options):
-            clickable = page.clickables.get(value)
-            if clickable is None or clickable.kind != "option":
-                continue  # not selectable on this page (e.g. a human goal's free-text option)
-            if name and clickable.target != name:
-                continue  # the value also names an option of a later group, which wins
-            if env.options.get(clickable.target) != value:
-                return f"click[{value}]"
-        return "click[buy now]"
+        return f"click[{goal.asin.lower()}]"
+
+    def item_action(self, env: "WebShopEnv") -> str:
+        """Back to the results from a wrong item; else the goal's options, then buy."""
+        if env.product is None or env.product.asin != env.goal.asin:
+            return "click[< prev]"
+        return _next_goal_option(env) or "click[buy now]"
 
 
-class VisibleExpert:
+class VisibleExpert(WebShopExpert):
     """The next action of a shopper who knows only what the pages show (module docstring)."""
 
-    def next_action(self, env: "WebShopEnv") -> str:
-        goal, page = env.goal, env.page
-        if page.name == "done":
-            return ""
-        if page.name == "search":
-            return f"search[{instruction_phrase(goal)}]"
-        if page.name == "sub_page":
-            return "click[< prev]"
-        if page.name == "results":
-            if env.product is not None or not env.results:
-                return "click[back to search]"
-            first = env.results[(env.result_page - 1) * PRODUCTS_PER_PAGE]
-            return f"click[{first.asin.upper()}]"  # as displayed (WebShop IDs are upper case)
-        for name, value in zip(goal.option_names, goal.goal_options):  # item page
-            clickable = page.clickables.get(value)
-            if clickable is None or clickable.kind != "option":
-                continue
-            if name and clickable.target != name:
-                continue
-            if env.options.get(clickable.target) != value:
-                return f"click[{value}]"
-        return "click[buy now]"
+    def query_for(self, goal: Goal) -> str:
+        return instruction_phrase(goal)
+
+    def results_action(self, env: "WebShopEnv") -> str:
+        if not env.results:
+            return "click[back to search]"
+        first = env.results[(env.result_page - 1) * PRODUCTS_PER_PAGE]
+        return f"click[{first.asin.upper()}]"  # as displayed (WebShop IDs are upper case)
+
+    def item_action(self, env: "WebShopEnv") -> str:
+        return _next_goal_option(env) or "click[buy now]"
