@@ -46,11 +46,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "paw_fixed_lambda": {"algo": "grpo", "paw": True, "adaptive_coef": False},
     "grpo_std_norm_off": {"algo": "grpo", "paw": False, "norm_adv_by_std": False},
     "grpo_entropy": {"algo": "grpo", "paw": False, "entropy_coef": 0.01},
+    # lambda_clamp: the other runs predate λ_g's switch to the uncapped Eq. 10 (2026-11-23),
+    # so this one keeps the cap to differ from grpo_paw in the entropy score only.
+    "paw_sampled_score": {"algo": "grpo", "paw": True, "entropy_score": "sampled",
+                          "lambda_clamp": True},
 }
 #: (variant, baseline) pairs the report compares.
 PAIRS = [("grpo_paw", "grpo"), ("gigpo_paw", "gigpo"), ("paw_ce", "grpo_paw"),
          ("paw_fixed_lambda", "grpo_paw"), ("grpo_std_norm_off", "grpo"),
-         ("grpo_entropy", "grpo")]
+         ("grpo_entropy", "grpo"), ("paw_sampled_score", "grpo_paw")]
 RESULTS = Path(__file__).resolve().parent / "results" / "study_shelf"
 #: RL updates per study run: fewer than the regression test's 12, so that variants are compared
 #: while they are still learning rather than all at the 100 % ceiling.

@@ -12,6 +12,7 @@ from training.losses import (  # noqa: E402
     clipped_token_fraction,
     kl_k3,
     ppo_clip_token_loss,
+    sampled_token_entropy,
     select_by_entropy,
     wm_token_loss,
 )
@@ -127,6 +128,35 @@ def test_empty_next_observations_are_out_of_the_wm_term_in_the_batch(tiny_model_
                         TrainConfig(alpha=0.5))
     assert batch.selected.tolist() == [True, False]
     assert batch.samples[0].obs_len > 0 and batch.samples[1].obs_len == 0
+
+
+def test_sampled_token_entropy_is_the_papers_formula():
+    # q = [0.5, 0.25]: −(0.5·ln 0.5 + 0.25·ln 0.25) / 2 = (0.34657 + 0.34657) / 2
+    assert sampled_token_entropy([math.log(0.5), math.log(0.25)]) == pytest.approx(
+        (0.5 * math.log(2) + 0.25 * math.log(4)) / 2)
+    assert sampled_token_entropy([0.0]) == 0.0  # a certain token
+    assert sampled_token_entropy([]) == 0.0
+
+
+def test_entropy_score_setting_decides_which_transitions_get_the_wm_loss(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from training.config import TrainConfig
+    from training.rollout_batch import build_batch
+
+    trajectories = _trajectories([[0.0, 10.0]])
+    # Row 0: flat full distribution (entropy 2.0) but a near-certain sampled token (q ≈ 0.99);
+    # row 1: peaked distribution (entropy 0.5) and a sampled token with q = 1/e.
+    first, second = (t.transitions[0].output for t in trajectories)
+    first.entropies, first.logprobs = [2.0], [math.log(0.99)]
+    second.entropies, second.logprobs = [0.5], [-1.0]
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    full = build_batch(trajectories, tokenizer, TrainConfig(alpha=0.5))
+    sampled = build_batch(trajectories, tokenizer, TrainConfig(alpha=0.5, entropy_score="sampled"))
+    assert full.selected.tolist() == [True, False]
+    assert sampled.selected.tolist() == [False, True]   # 1/e ≈ 0.368 > 0.99·0.01 ≈ 0.0099
+    with pytest.raises(ValueError, match="entropy_score='token'"):
+        TrainConfig(entropy_score="token")
 
 
 @pytest.mark.parametrize("alpha", [0.0, -0.1, 1.5])

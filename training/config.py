@@ -90,6 +90,11 @@ class TrainConfig:
     """WM token loss: cmae, mae or ce."""
     alpha: float = 0.75
     """Fraction of transitions (by action entropy) that get the WM loss."""
+    entropy_score: str = "full"
+    """The action entropy that ranks transitions for the WM loss: ``full`` (mean entropy of the
+    full next-token distribution at the action tokens; the paper's prose, "action-token
+    entropy") or ``sampled`` (−mean q_i log q_i over the sampled tokens' probabilities q_i, the
+    paper's §3.1 formula read literally). See docs/training.md."""
     rho: float = 0.2
     """CMAE confidence threshold."""
     adaptive_coef: bool = True
@@ -184,6 +189,8 @@ class TrainConfig:
             raise bad("wm_loss", "cmae | mae | ce")
         if not 0 < self.alpha <= 1:
             raise bad("alpha", "a number in (0, 1]")
+        if self.entropy_score not in ("full", "sampled"):
+            raise bad("entropy_score", "full | sampled")
         if not 0 <= self.rho <= 1:
             raise bad("rho", "a number in [0, 1]")
         if not 0 < self.gigpo_similarity <= 1:

@@ -58,6 +58,17 @@ def clipped_token_fraction(logprobs: torch.Tensor, mask: torch.Tensor, rho: floa
     return clipped.sum().to(logprobs.dtype) / total
 
 
+def sampled_token_entropy(logprobs) -> float:
+    """The paper's §3.1 score −(1/|a|) Σ_i q_i log q_i, with q_i the probability of the *sampled*
+    i-th action token (``logprobs``: its log-probabilities); 0.0 for an empty action.
+
+    The alternative (``entropy_score: full``) is the mean entropy of the full next-token
+    distribution at each action token, :attr:`agents.types.PolicyOutput.mean_entropy`.
+    """
+    values = [float(lp) for lp in logprobs]
+    return -sum(math.exp(lp) * lp for lp in values) / len(values) if values else 0.0
+
+
 def select_by_entropy(entropies: torch.Tensor, alpha: float,
                       eligible: torch.Tensor | None = None) -> torch.Tensor:
     """Keep the ⌈α·N⌉ highest-entropy transitions of the update (ties: lower index first).

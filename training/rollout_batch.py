@@ -11,7 +11,7 @@ from agents.types import Trajectory
 from training import advantages as adv
 from training.batch import Sample, serialize
 from training.config import TrainConfig
-from training.losses import adaptive_wm_coef, select_by_entropy
+from training.losses import adaptive_wm_coef, sampled_token_entropy, select_by_entropy
 
 #: Anchor key of the first step when the trajectory does not carry its reset observation
 #: (every trajectory of a group starts from the same reset state anyway).
@@ -42,6 +42,14 @@ def anchor_keys(trajectory: Trajectory) -> list[str]:
         keys.append(str(transition.info.get("anchor_observation", previous)))
         previous = transition.next_observation
     return keys
+
+
+def entropy_score(output, config: TrainConfig) -> float:
+    """H(a_t | h_t) as ``config.entropy_score`` defines it (full distribution or sampled
+    tokens)."""
+    if config.entropy_score == "sampled":
+        return sampled_token_entropy(output.logprobs)
+    return output.mean_entropy
 
 
 def step_advantages(trajectories: list[Trajectory], config: TrainConfig,
@@ -82,7 +90,7 @@ def build_batch(trajectories: list[Trajectory], tokenizer, config: TrainConfig,
     targets = value_targets(trajectories, values, config) if values is not None else None
     flat = [(ti, si) for ti, t in enumerate(trajectories) for si, s in enumerate(t.transitions)
             if s.output.response_ids]
-    entropies = torch.tensor([trajectories[ti].transitions[si].output.mean_entropy
+    entropies = torch.tensor([entropy_score(trajectories[ti].transitions[si].output, config)
                               for ti, si in flat], dtype=torch.float64)
     # A transition without a next observation has no WM target: not selectable, not in |S_g|.
     has_target = torch.tensor([bool(trajectories[ti].transitions[si].next_observation)
