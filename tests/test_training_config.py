@@ -44,6 +44,8 @@ def test_every_field_has_a_docstring():
     ({"alpha": 0.0}, "alpha=0.0"),
     ({"n_groups": 0}, "n_groups=0"),
     ({"entropy_coef": -0.1}, "entropy_coef=-0.1"),
+    ({"max_prompt_len": 0}, "max_prompt_len=0"),
+    ({"entropy_score": "token"}, "entropy_score='token'"),
     ({"nonsense": 1}, "unknown config key"),
 ])
 def test_bad_values_are_named(values, message):

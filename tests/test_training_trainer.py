@@ -210,3 +210,33 @@ def test_entropy_bonus_reaches_the_objective_and_changes_the_update(tiny_model_d
         runs[coef] = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     # Same seed, same rollout: only the entropy term differs, so the weights must too.
     assert any(not torch.equal(runs[0.0][n], runs[0.5][n]) for n in runs[0.0])
+
+
+def test_max_prompt_len_cuts_rollout_prompts_from_the_left(tiny_model_dir, tmp_path):
+    trainer = PaWTrainer(_config(tiny_model_dir, tmp_path, max_prompt_len=40, lora=False))
+    with pytest.warns(UserWarning, match="longer than the context"):
+        trajectories = trainer.collect(trainer.policy, [0, 1], 2, 1.0, 0)
+    outputs = [t.output for trajectory in trajectories for t in trajectory.transitions]
+    assert outputs and all(len(o.prompt_ids) <= 40 for o in outputs)
+    assert all(o.prompt_truncated for o in outputs)  # GuessNumber prompts are ~150 tokens
+    # Left truncation keeps the end of the prompt: the generation prompt is still last.
+    full, _ = _uncapped(tiny_model_dir).encode_prompt(trajectories[0].transitions[0].prompt, 10)
+    assert outputs[0].prompt_ids == full[-40:]
+
+
+def _uncapped(model_dir):
+    from agents.hf_policy import HFPolicy
+
+    return HFPolicy(str(model_dir), device="cpu")
+
+
+@pytest.mark.parametrize("env, cap", [("alfworld", 2048), ("webshop", 4096), ("searchqa", 4096)])
+def test_paper_configs_cap_rollout_prompts_as_appendix_a1(env, cap):
+    from pathlib import Path
+
+    from training.config import load_config
+
+    paper = Path(__file__).resolve().parents[1] / "configs" / "paper"
+    files = sorted(paper.glob(f"{env}_*.yaml"))
+    assert files
+    assert {load_config(f).max_prompt_len for f in files} == {cap}

@@ -81,6 +81,10 @@ class TrainConfig:
     """Rollout sampling temperature."""
     max_new_tokens: int = 512
     """Longest response per step."""
+    max_prompt_len: int | None = None
+    """Longest rollout prompt in tokens: longer prompts are cut from the left when sampled (as
+    verl's ``truncation: left``), so the oldest history goes first. The paper's A.1 uses 2048
+    (ALFWorld) and 4096 (WebShop, search QA). None: the model's context minus max_new_tokens."""
     # -- objective ----------------------------------------------------------------------------
     algo: str = "grpo"
     """Advantage estimator: grpo, gigpo, rloo or ppo."""
@@ -210,6 +214,8 @@ class TrainConfig:
                 raise bad(name, "an integer >= 1")
         if self.r_max <= 0:
             raise bad("r_max", "a positive number")
+        if self.max_prompt_len is not None and self.max_prompt_len < 1:
+            raise bad("max_prompt_len", "an integer >= 1 or none")
         if self.entropy_coef < 0:
             raise bad("entropy_coef", "a number >= 0")
 

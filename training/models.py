@@ -33,7 +33,8 @@ def build_policy(config: TrainConfig):
     if config.init_checkpoint and not is_adapter_dir(config.init_checkpoint):
         source = config.init_checkpoint  # a full fine-tuned model directory (e.g. from SFT)
     policy = HFPolicy(source, tokenizer=config.model if source != config.model else None,
-                      device=config.device, dtype=torch_dtype(config.dtype), seed=config.seed)
+                      device=config.device, dtype=torch_dtype(config.dtype), seed=config.seed,
+                      max_context=rollout_context(config))
     if is_adapter_dir(config.init_checkpoint):
         if not config.lora:
             raise ValueError(f"init_checkpoint {config.init_checkpoint!r} is a LoRA adapter; "
@@ -81,7 +82,16 @@ def build_vllm_policy(config: TrainConfig):
     # vLLM accepts a few rank limits (8, 16, 32, ...): the smallest power of two >= 8 that fits
     max_rank = max(8, 1 << (config.lora_r - 1).bit_length())
     return VLLMPolicy(source, tokenizer=config.model if source != config.model else None,
-                      max_lora_rank=max_rank, seed=config.seed, **kwargs)
+                      max_lora_rank=max_rank, seed=config.seed,
+                      max_context=rollout_context(config), **kwargs)
+
+
+def rollout_context(config: TrainConfig) -> int | None:
+    """The sampler's context: ``max_prompt_len`` + ``max_new_tokens`` (prompts beyond the cap
+    are cut from the left), or None for the model's own."""
+    if config.max_prompt_len is None:
+        return None
+    return config.max_prompt_len + config.max_new_tokens
 
 
 def trainable_parameters(model) -> list[torch.nn.Parameter]:
