@@ -155,6 +155,9 @@ def test_entropy_score_setting_decides_which_transitions_get_the_wm_loss(tiny_mo
     sampled = build_batch(trajectories, tokenizer, TrainConfig(alpha=0.5, entropy_score="sampled"))
     assert full.selected.tolist() == [True, False]
     assert sampled.selected.tolist() == [False, True]   # 1/e ≈ 0.368 > 0.99·0.01 ≈ 0.0099
+    assert [s.entropy for s in full.samples] == [2.0, 0.5]
+    assert [s.entropy for s in sampled.samples] == pytest.approx([-0.99 * math.log(0.99),
+                                                                  math.exp(-1)])
     with pytest.raises(ValueError, match="entropy_score='token'"):
         TrainConfig(entropy_score="token")
 

@@ -32,7 +32,7 @@ class Sample:
     group: int = 0
     """Rollout-group index (same task ⇒ same group)."""
     entropy: float = 0.0
-    """Mean action-token entropy H(a|h) from the rollout (the WM selection score)."""
+    """The WM selection score H(a|h) from the rollout (``TrainConfig.entropy_score``)."""
     ref_logprobs: list[float] | None = None
     """Reference-policy log-prob of each action token (KL term), when computed."""
     value_target: float = 0.0

@@ -115,7 +115,7 @@ def build_batch(trajectories: list[Trajectory], tokenizer, config: TrainConfig,
         cut_prompts += p < len(out.prompt_ids)
         samples.append(Sample(
             ids, p, a, o, old_logprobs=list(out.logprobs), advantage=per_step[ti][si],
-            group=trajectory.group_index, entropy=out.mean_entropy,
+            group=trajectory.group_index, entropy=float(entropies[row]),
             value_target=targets[ti][si] if targets else 0.0,
             old_value=values[ti][si] if values else 0.0,
             extra={"task_type": trajectory.task_type}))
