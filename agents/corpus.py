@@ -30,7 +30,9 @@ def env_texts(env_ids: Sequence[str], episodes: int = 16, max_steps: int = 15, s
 
     for env_id in env_ids:
         probe = make_agent_env(env_id, **env_kwargs)
-        has_expert = hasattr(probe.unwrapped, "expert_action")
+        # A TextAdapter always has expert_action() but says through has_expert whether it works.
+        has_expert = getattr(probe.unwrapped, "has_expert",
+                             hasattr(probe.unwrapped, "expert_action"))
         probe.close()
         agents = [RandomAgent()] + ([ExpertAgent()] if has_expert else [])
         for index, agent in enumerate(agents):

@@ -32,11 +32,14 @@ class PromptSettings:
     """Reward added on an invalid step."""
 
 
-#: The paper's settings per built-in env id; any other id gets ``PromptSettings()``.
+#: The paper's settings per built-in env id (toy-text games: their template in the paper's style);
+#: any other id gets ``PromptSettings()``.
 PRESETS: dict[str, PromptSettings] = {
     "PaW/ALFWorld-v0": PromptSettings("alfworld", None),
     "PaW/WebShop-v0": PromptSettings("webshop", None),
     "PaW/SearchQA-v0": PromptSettings("search", None, "search", None, -0.01),
+    **{f"PaW/{game}-v0": PromptSettings(game.lower(), None)
+       for game in ("FrozenLake", "CliffWalking", "Taxi", "Sokoban", "Blackjack")},
 }
 
 
@@ -49,7 +52,7 @@ def prompt_settings(env_id: str | None, **overrides: Any) -> PromptSettings:
     return replace(settings, **given)
 
 
-def make_agent_env(env_id: str, *, template: str | None = None,
+def make_agent_env(env_id: str, /, *, template: str | None = None,
                    action_format: str | None = None, history_length: int | None | str = "preset",
                    invalid_penalty: float | None = None, **env_kwargs: Any) -> gym.Env:
     """``gym.make(env_id)`` wrapped in ``HistoryPrompt`` and ``ParseAction``.

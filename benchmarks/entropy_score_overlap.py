@@ -4,7 +4,7 @@ PaW keeps the top-α transitions by action entropy for the world-model loss. ``f
 by the mean entropy of the full next-token distribution at the action tokens; ``sampled`` by
 −mean q_i log q_i over the sampled tokens' probabilities (the paper's §3.1 formula read
 literally). On one rollout (16 tasks × 8 samples, temperature 1.0) of each Shelf start of
-``benchmarks/study_shelf.py``, this prints the overlap of the two top-α sets (|A ∩ B| / |A|;
+``benchmarks/study_small.py``, this prints the overlap of the two top-α sets (|A ∩ B| / |A|;
 both sets have ⌈α N⌉ members), their Jaccard index, and the Spearman correlation of the scores.
 
     python benchmarks/entropy_score_overlap.py        # -> results/entropy_score_overlap.json
@@ -26,7 +26,7 @@ def overlap(start: str, alpha: float = 0.75) -> dict:
 
     from agents.hf_policy import HFPolicy
     from agents.rollout import rollout
-    from benchmarks.study_shelf import ENV, PROMPT, STARTS, build_start
+    from benchmarks.study_small import ENV, PROMPT, STARTS, build_start
     from training.losses import sampled_token_entropy, select_by_entropy
 
     torch.set_num_threads(1)

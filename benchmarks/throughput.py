@@ -32,14 +32,13 @@ ENV_IDS = {"webshop": ("PaW/WebShop-v0", {"split": "dev"}),
            "searchqa": ("PaW/SearchQA-v0", {})}
 
 
-def env_speed(name: str, steps: int, seed: int = 0) -> dict:
+def env_speed(env_id: str, kwargs: dict, steps: int, seed: int = 0) -> dict:
     """Random admissible actions on the raw env (resets included), steps per CPU second of the
     whole process (an env may run helper threads, e.g. ALFWorld's planner)."""
     import gymnasium as gym
 
     import paw_gym  # noqa: F401
 
-    env_id, kwargs = ENV_IDS[name]
     env = gym.make(env_id, **kwargs)
     rng = random.Random(seed)
     _, info = env.reset(seed=seed)
@@ -111,7 +110,7 @@ def run(args) -> dict:
     envs = {}
     for name in tqdm(args.envs, desc="env speed", disable=not args.progress):
         try:
-            envs[name] = env_speed(name, args.env_steps)
+            envs[name] = env_speed(*ENV_IDS[name], args.env_steps)
         except Exception as error:  # an env that cannot run here is reported, not fatal
             envs[name] = {"error": f"{type(error).__name__}: {error}"}
     model = C.bench_model(args.env)

@@ -17,6 +17,7 @@ from paw_gym.core import (
     TextSpace,
 )
 from paw_gym.registration import list_text_envs, register_builtin_envs, register_text_env
+from paw_gym.toytext.adapter import TextAdapter
 
 __version__ = "0.1.0"
 
@@ -25,6 +26,7 @@ __all__ = [
     "MAX_ACTION_LENGTH",
     "MAX_OBSERVATION_LENGTH",
     "TextEnv",
+    "TextAdapter",
     "TextSpace",
     "list_text_envs",
     "register_text_env",

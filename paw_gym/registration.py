@@ -43,6 +43,23 @@ BUILTIN_ENVS: list[EnvSpec] = [
     EnvSpec(id="PaW/Shelf-v0", entry_point="paw_gym.shelf:ShelfEnv",
             description="buy the named item from a 3-5 item shelf (take, pay / put back); held-out target items",
             max_episode_steps=6),
+    EnvSpec(id="PaW/FrozenLake-v0", entry_point="paw_gym.toytext.gridworlds:FrozenLakeText",
+            description="Gymnasium's FrozenLake, a random map per reset (held-out maps; slippery option)",
+            max_episode_steps=20),
+    EnvSpec(id="PaW/CliffWalking-v0", entry_point="paw_gym.toytext.gridworlds:CliffWalkingText",
+            description="Gymnasium's CliffWalking on random grids with extra cliff cells (held-out grids)",
+            max_episode_steps=30),
+    EnvSpec(id="PaW/Taxi-v0", entry_point="paw_gym.toytext.gridworlds:TaxiText",
+            description="Gymnasium's Taxi: pick up and drop off a passenger (held-out routes)",
+            max_episode_steps=30),
+    EnvSpec(id="PaW/Sokoban-v0", entry_point="paw_gym.toytext.sokoban:SokobanEnv",
+            description="Sokoban rooms with 1-2 boxes, solvable by construction (held-out rooms)",
+            max_episode_steps=30),
+    EnvSpec(id="PaW/Blackjack-v0", entry_point="paw_gym.toytext.blackjack:BlackjackText",
+            description="Gymnasium's Blackjack (stochastic; the expert maximises the win probability)",
+            max_episode_steps=10),
+    EnvSpec(id="PaW/Text-v0", entry_point="paw_gym.toytext.adapter:make_text_env",
+            description="any Gymnasium env with discrete actions as text: gym.make('PaW/Text-v0', env_id=...)"),
 ]
 
 #: id -> one-line description, for every env registered through this module.

@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from agents.hf_policy import HFPolicy  # noqa: E402
-from benchmarks.study_shelf import (ENV, HELD_OUT, PROMPT, build_start,  # noqa: E402
+from benchmarks.study_small import (ENV, HELD_OUT, PROMPT, build_start,  # noqa: E402
                                     held_out_success, train_and_evaluate)
 from training.pretrain import reading_probe  # noqa: E402
 

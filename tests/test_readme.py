@@ -37,6 +37,15 @@ def test_custom_env_example_runs(tmp_path, capsys):
     assert (tmp_path / "runs" / "guess-replay").is_dir()
 
 
+def test_adapter_example_runs(capsys):
+    namespace = {"__name__": "readme_example"}
+    exec(compile(python_block_after("<!-- adapter-example"), "README.md", "exec"), namespace)
+    assert "['up', 'right', 'down', 'left']" in capsys.readouterr().out
+    env = namespace["env"]
+    assert env._last_info["won"] and env.env.unwrapped.s == 47  # the goal, bottom right
+    assert len(python_block_after("<!-- adapter-example").strip().splitlines()) <= 10
+
+
 def test_ci_runs_the_readme_test_command():
     commands = re.findall(r"```bash\n# tests\n(.+?)\n```", README)
     assert len(commands) == 1

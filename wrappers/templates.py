@@ -1,4 +1,5 @@
-"""Prompt templates of the PaW paper (arXiv 2606.02388, Appendix A.3, Figures 7-9).
+"""Prompt templates of the PaW paper (arXiv 2606.02388, Appendix A.3, Figures 7-9), and ones in
+its style for the toy-text games (``GAME_TEMPLATES``).
 
 The ``*_TEMPLATE`` strings are the paper's text word for word, with typographic quotes and
 hyphens written in ASCII. Slots are Python ``str.format`` fields. The ``*_FIRST_STEP``
@@ -66,11 +67,33 @@ _SEARCH_CLOSING = (
 SEARCH_TEMPLATE = _SEARCH_OPENING + _SEARCH_HISTORY + _SEARCH_CLOSING
 SEARCH_FIRST_STEP = _SEARCH_OPENING + _SEARCH_CLOSING
 
+# Toy-text games (not in the paper): its ALFWorld template with the game's rules and legend
+# in the opening, so a prompt says everything the next action depends on.
+_GAME_OPENINGS = {
+    "frozenlake": "You are an expert agent playing FrozenLake on a grid map. Your task is to: "
+                  "{task_description}. Map legend: P is you, _ is ice, O is a hole, G is the goal. ",
+    "cliffwalking": "You are an expert agent playing CliffWalking on a grid map. Your task is to: "
+                    "{task_description}. Map legend: P is you, _ is ground, C is the cliff "
+                    "(stepping on it sends you back to the start), G is the goal. ",
+    "taxi": "You are an expert taxi driver agent on a grid map. Your task is to: "
+            "{task_description}. Map legend: T is your taxi, R, G, Y and B are the four stops, "
+            "| is a wall the taxi cannot cross; north is up. ",
+    "sokoban": "You are an expert agent playing Sokoban. Your task is to: {task_description}. "
+               "Map legend: # is a wall, _ is floor, O is a target, X is a box, √ is a box on a "
+               "target, P is you, S is you on a target. You push a box by walking into it. ",
+    "blackjack": "You are an expert Blackjack player. Your task is to: {task_description}. "
+                 "Aces count 1 or 11, face cards 10; the dealer draws until reaching 17. ",
+}
+GAME_TEMPLATES: dict[str, tuple[str, str]] = {
+    name: (opening + _HISTORY + _ALFWORLD_CLOSING, opening + _NO_HISTORY + _ALFWORLD_CLOSING)
+    for name, opening in _GAME_OPENINGS.items()}
+
 #: name -> (template, first-step template)
 TEMPLATES: dict[str, tuple[str, str]] = {
     "alfworld": (ALFWORLD_TEMPLATE, ALFWORLD_FIRST_STEP),
     "webshop": (WEBSHOP_TEMPLATE, WEBSHOP_FIRST_STEP),
     "search": (SEARCH_TEMPLATE, SEARCH_FIRST_STEP),
+    **GAME_TEMPLATES,
 }
 
 #: Every slot a template may use (see ``HistoryPrompt`` for what each holds).

@@ -1,19 +1,22 @@
-"""Paired study on PaW/Shelf-v0: does RL raise held-out success, and does PaW help it?
+"""Paired study on the small envs (PaW/Shelf-v0, PaW/FrozenLake-v0): does RL raise held-out
+success, and does PaW help it?
 
-The env names the item to buy in a one-line prompt, so a tiny model can learn it on CPU. Every
-run starts from a *reading start*: a nano model pretrained (next-token, ``training.pretrain``)
+Shelf names the item to buy in a one-line prompt; FrozenLake shows a 4x4 map of ice and holes.
+Both are small enough for a tiny model to learn on CPU. Every run starts from a *reading start*: a nano model pretrained (next-token, ``training.pretrain``)
 on transcripts of a noisy expert that takes a random admissible action with probability ε.
 ``normal`` uses ε = 0.5 (the start wins about half of the held-out tasks at temperature 1);
 ``sparse`` uses ε = 0.9 (the paper's §4.4 situation: the start rarely wins, most rollout
 groups carry no reward). Each run trains one variant for the same budget, and plays every one
-of 64 held-out tasks (target items RL never trains on) once before and once after RL.
+of 64 held-out tasks (Shelf: target items RL never trains on; FrozenLake: maps of the ``test``
+split) once before and once after RL.
 
 Paired design: a seed fixes the training tasks and the sampling seeds of every variant, so
 ``variant − baseline`` differences are taken per seed; the report gives their mean ± 95 % CI
 (Student t over seeds), and the RL gain (after − before) of each variant the same way.
 
-    python benchmarks/study_shelf.py --seeds 5 --workers 2     # all cells, resumable
-    python benchmarks/study_shelf.py --report                  # tables + plot from results
+    python benchmarks/study_small.py --seeds 5 --workers 2     # Shelf, all cells, resumable
+    python benchmarks/study_small.py --env frozenlake --starts normal --variants grpo grpo_paw
+    python benchmarks/study_small.py --report                  # tables + plot from results
 
 The learning regression test (``tests/test_learning.py``) uses this module's start and run.
 """
@@ -25,14 +28,34 @@ import json
 import math
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-ENV = "PaW/Shelf-v0"
-#: One short line: the observation (task + shelf or held item) and the admissible actions.
+
+@dataclass(frozen=True)
+class StudyEnv:
+    """An env of the study and its episode settings."""
+
+    id: str
+    max_steps: int
+    """Step limit of training and evaluation episodes."""
+    results: str
+    """Folder under ``benchmarks/results`` (``<results>_u<N>`` for a non-default budget)."""
+
+
+STUDY_ENVS = {
+    "shelf": StudyEnv("PaW/Shelf-v0", max_steps=6, results="study_shelf"),
+    # The 4x4 maps' shortest paths are 6 moves; 10 leaves room for a detour.
+    "frozenlake": StudyEnv("PaW/FrozenLake-v0", max_steps=10, results="study_frozenlake"),
+}
+SHELF = STUDY_ENVS["shelf"]
+ENV = SHELF.id
+#: The observation (Shelf: task + shelf or held item; FrozenLake: the map) and the actions; the
+#: state is Markov in both, so no history.
 TEMPLATE = "{current_observation} Actions: [{admissible_actions}]."
 PROMPT = dict(template=TEMPLATE, history_length=0)
 HELD_OUT = list(range(10_000, 10_064))
@@ -55,13 +78,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
 PAIRS = [("grpo_paw", "grpo"), ("gigpo_paw", "gigpo"), ("paw_ce", "grpo_paw"),
          ("paw_fixed_lambda", "grpo_paw"), ("grpo_std_norm_off", "grpo"),
          ("grpo_entropy", "grpo"), ("paw_sampled_score", "grpo_paw")]
-RESULTS = Path(__file__).resolve().parent / "results" / "study_shelf"
+RESULTS = Path(__file__).resolve().parent / "results"
 #: RL updates per study run: fewer than the regression test's 12, so that variants are compared
 #: while they are still learning rather than all at the 100 % ceiling.
 STUDY_UPDATES = 8
 
 
-def build_start(root: Path, epsilon: float = 0.5, steps: int = 500, seed: int = 0) -> Path:
+def build_start(root: Path, epsilon: float = 0.5, steps: int = 500, seed: int = 0,
+                env: StudyEnv = SHELF) -> Path:
     """A nano model that reads its prompt: a tokenizer trained on, and next-token pretraining
     over, 1000 noisy-expert episodes (train split). Built once per folder."""
     from agents.tiny_model import build_tiny_model
@@ -72,8 +96,8 @@ def build_start(root: Path, epsilon: float = 0.5, steps: int = 500, seed: int = 
     model = root / "base"
     if (model / "config.json").is_file():
         return model
-    demos = record_expert_demos(ENV, 1000, root / "demos", seed=seed, epsilon=epsilon,
-                                max_steps=6, split="train", **PROMPT)
+    demos = record_expert_demos(env.id, 1000, root / "demos", seed=seed, epsilon=epsilon,
+                                max_steps=env.max_steps, split="train", **PROMPT)
     texts = [r[k] for r in WMReplay.load(demos) for k in ("h", "a", "o_next")]
     tiny = build_tiny_model(texts, root / "init", size="nano", seed=seed)
     run_pretrain(PretrainConfig(model=str(tiny), replay=str(demos), output_dir=str(model),
@@ -82,17 +106,17 @@ def build_start(root: Path, epsilon: float = 0.5, steps: int = 500, seed: int = 
     return model
 
 
-def held_out_success(policy) -> float:
+def held_out_success(policy, env: StudyEnv = SHELF) -> float:
     """% of the 64 held-out tasks won, each played once at the rollout temperature 1.0."""
     from training.evaluate import evaluate
 
-    result = evaluate(policy, ENV, HELD_OUT, split="test", temperature=1.0, max_new_tokens=24,
-                      max_steps=6, seed=1, **PROMPT)
+    result = evaluate(policy, env.id, HELD_OUT, split="test", temperature=1.0,
+                      max_new_tokens=24, max_steps=env.max_steps, seed=1, **PROMPT)
     return result.row().success
 
 
 def train_and_evaluate(start: Path, output_dir: Path, seed: int = 0, updates: int = 12,
-                       **overrides: Any) -> dict[str, Any]:
+                       env: StudyEnv = SHELF, **overrides: Any) -> dict[str, Any]:
     """RL from ``start`` (8 tasks × 8 rollouts per update, full fine-tuning at lr 3e-4);
     held-out success before and after, and the per-update training metrics.
 
@@ -107,36 +131,39 @@ def train_and_evaluate(start: Path, output_dir: Path, seed: int = 0, updates: in
     settings = dict(algo=algo, lora=False, n_groups=8, group_size=8,
                     lr=3e-4 / (10.0 if algo == "rloo" else 1.0), mini_batch_size=64)
     config = TrainConfig(
-        model=str(start), env_id=ENV, env_kwargs={"split": "train"}, template=TEMPLATE,
-        history_length=0, max_episode_steps=6, max_new_tokens=24, total_steps=updates,
+        model=str(start), env_id=env.id, env_kwargs={"split": "train"}, template=TEMPLATE,
+        history_length=0, max_episode_steps=env.max_steps, max_new_tokens=24,
+        total_steps=updates,
         max_seq_len=512, seed=seed, output_dir=str(output_dir), save_every=0, device="cpu",
         progress=False, **{**settings, **overrides})
     trainer = PaWTrainer(config)
-    before = held_out_success(trainer.policy)
+    before = held_out_success(trainer.policy, env)
     history = trainer.train()
-    return {"before": before, "after": held_out_success(trainer.policy),
+    return {"before": before, "after": held_out_success(trainer.policy, env),
             "curve": [{k: h[k] for k in ("step", "success", "reward", "action_entropy",
                                          "invalid_frac")} for h in history]}
 
 
-def results_dir(updates: int = STUDY_UPDATES) -> Path:
-    """Where runs of ``updates`` RL updates are kept (the study's budget: ``RESULTS``)."""
-    return RESULTS if updates == STUDY_UPDATES else RESULTS.with_name(f"study_shelf_u{updates}")
+def results_dir(updates: int = STUDY_UPDATES, env: StudyEnv = SHELF) -> Path:
+    """Where runs of ``updates`` RL updates on ``env`` are kept."""
+    suffix = "" if updates == STUDY_UPDATES else f"_u{updates}"
+    return RESULTS / f"{env.results}{suffix}"
 
 
 def run_cell(start: str, variant: str, seed: int, work: Path,
-             updates: int = STUDY_UPDATES) -> Path:
+             updates: int = STUDY_UPDATES, env: str = "shelf") -> Path:
     """One (start, variant, seed) run, written to :func:`results_dir`; skipped when there."""
     import torch
 
-    path = results_dir(updates) / f"{start}__{variant}__s{seed}.json"
+    study_env = STUDY_ENVS[env]
+    path = results_dir(updates, study_env) / f"{start}__{variant}__s{seed}.json"
     if path.is_file():
         return path
     torch.set_num_threads(1)
-    model = build_start(work / f"start-{start}", STARTS[start])
+    model = build_start(work / f"start-{start}", STARTS[start], env=study_env)
     clock = time.process_time()
     result = train_and_evaluate(model, work / "runs" / f"u{updates}" / path.stem, seed=seed,
-                                updates=updates, **VARIANTS[variant])
+                                updates=updates, env=study_env, **VARIANTS[variant])
     result.update(start=start, variant=variant, seed=seed, updates=updates,
                   cpu_s=round(time.process_time() - clock, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -156,9 +183,9 @@ def mean_ci(values: list[float]) -> tuple[float, float]:
     return mean, t.ppf(0.975, n - 1) * sd / math.sqrt(n)
 
 
-def report(updates: int = STUDY_UPDATES) -> str:
+def report(updates: int = STUDY_UPDATES, env: str = "shelf") -> str:
     """Markdown tables (RL gain per variant; paired differences) and a plot of the curves."""
-    folder = results_dir(updates)
+    folder = results_dir(updates, STUDY_ENVS[env])
     runs: dict[tuple[str, str], dict[int, dict]] = {}
     for path in sorted(folder.glob("*.json")):
         r = json.loads(path.read_text(encoding="utf-8"))
@@ -189,11 +216,11 @@ def report(updates: int = STUDY_UPDATES) -> str:
                 lines.append(f"| {variant} − {baseline} | {len(seeds)} | {diff:+.1f} ± "
                              f"{half:.1f} |")
         lines.append("")
-    _plot(runs, folder.with_suffix(".png"))
+    _plot(runs, folder.with_suffix(".png"), STUDY_ENVS[env].id)
     return "\n".join(lines)
 
 
-def _plot(runs, out: Path) -> None:
+def _plot(runs, out: Path, env_id: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -215,7 +242,7 @@ def _plot(runs, out: Path) -> None:
             ax.plot(steps, mean, label=f"{variant} ({len(rs)} seeds)")
             ax.fill_between(steps, np.clip(mean - sd, 0, 100), np.clip(mean + sd, 0, 100),
                             alpha=0.2)
-        ax.set(title=f"PaW/Shelf-v0, start {start}", xlabel="update",
+        ax.set(title=f"{env_id}, start {start}", xlabel="update",
                ylabel="training success % (mean ± sd over seeds)")
         ax.legend()
     fig.tight_layout()
@@ -225,19 +252,21 @@ def _plot(runs, out: Path) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="shelf", choices=list(STUDY_ENVS))
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--starts", nargs="+", default=list(STARTS), choices=list(STARTS))
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--workers", type=int, default=1, help="parallel runs (1 thread each)")
-    parser.add_argument("--work", default="runs/study_shelf", help="models and trainer runs")
+    parser.add_argument("--work", default=None,
+                        help="models and trainer runs (default: runs/<results folder>)")
     parser.add_argument("--updates", type=int, default=STUDY_UPDATES,
                         help="RL updates per run (12: the regression test's budget)")
     parser.add_argument("--report", action="store_true", help="only print the report")
     args = parser.parse_args(argv)
     if not args.report:
-        work = Path(args.work)
+        work = Path(args.work or f"runs/{STUDY_ENVS[args.env].results}")
         for start in args.starts:  # once, before workers race to build it
-            build_start(work / f"start-{start}", STARTS[start])
+            build_start(work / f"start-{start}", STARTS[start], env=STUDY_ENVS[args.env])
         # Seed-major order: every variant of seed 0 first, so a cut-short study stays paired.
         cells = [(start, variant, seed) for seed in range(args.seeds) for start in args.starts
                  for variant in args.variants]
@@ -246,12 +275,12 @@ def main(argv=None) -> int:
 
             with ProcessPoolExecutor(args.workers) as pool:
                 for path in pool.map(run_cell, *zip(*cells), [work] * len(cells),
-                                     [args.updates] * len(cells)):
+                                     [args.updates] * len(cells), [args.env] * len(cells)):
                     print("done", path.name, flush=True)
         else:
             for cell in cells:
-                print("done", run_cell(*cell, work, args.updates).name, flush=True)
-    print(report(args.updates))
+                print("done", run_cell(*cell, work, args.updates, args.env).name, flush=True)
+    print(report(args.updates, args.env))
     return 0
 
 
