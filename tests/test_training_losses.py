@@ -130,6 +130,26 @@ def test_empty_next_observations_are_out_of_the_wm_term_in_the_batch(tiny_model_
     assert batch.samples[0].obs_len > 0 and batch.samples[1].obs_len == 0
 
 
+def test_max_obs_tokens_caps_the_wm_target_and_none_keeps_it_whole(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from training.config import TrainConfig
+    from training.rollout_batch import build_batch
+
+    trajectories = _trajectories([[0.0, 10.0]])
+    for trajectory in trajectories:
+        trajectory.transitions[0].next_observation = "lower " * 40
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    whole = len(tokenizer("lower " * 40, add_special_tokens=False)["input_ids"])
+    assert whole > 8
+    capped = build_batch(trajectories, tokenizer, TrainConfig(alpha=1.0, max_obs_tokens=8))
+    uncapped = build_batch(trajectories, tokenizer, TrainConfig(alpha=1.0, max_obs_tokens=None))
+    assert [s.obs_len for s in capped.samples] == [8, 8]
+    assert [s.obs_len for s in uncapped.samples] == [whole, whole]
+    with pytest.raises(ValueError, match="max_obs_tokens=0"):
+        TrainConfig(max_obs_tokens=0)
+
+
 def test_sampled_token_entropy_is_the_papers_formula():
     # q = [0.5, 0.25]: −(0.5·ln 0.5 + 0.25·ln 0.25) / 2 = (0.34657 + 0.34657) / 2
     assert sampled_token_entropy([math.log(0.5), math.log(0.25)]) == pytest.approx(

@@ -240,3 +240,4 @@ def test_paper_configs_cap_rollout_prompts_as_appendix_a1(env, cap):
     files = sorted(paper.glob(f"{env}_*.yaml"))
     assert files
     assert {load_config(f).max_prompt_len for f in files} == {cap}
+    assert {load_config(f).max_obs_tokens for f in files} == {None}  # the paper caps no target

@@ -145,8 +145,9 @@ class TrainConfig:
     """Padded tokens per micro-batch (bounds activation memory; gradients accumulate)."""
     max_seq_len: int = 4096
     """Longest serialised h ⊕ a ⊕ o row; the observation is cut first."""
-    max_obs_tokens: int = 512
-    """Observation tokens kept as the WM target."""
+    max_obs_tokens: int | None = 512
+    """Observation tokens kept as the WM target (the first ones); None keeps all, as the paper
+    (it states no cap; ``benchmarks/wm_target_lengths.py`` measures how often 512 cuts)."""
     lr: float = 1e-6
     """Actor learning rate."""
     critic_lr: float = 1e-5
@@ -214,6 +215,8 @@ class TrainConfig:
                 raise bad(name, "an integer >= 1")
         if self.r_max <= 0:
             raise bad("r_max", "a positive number")
+        if self.max_obs_tokens is not None and self.max_obs_tokens < 1:
+            raise bad("max_obs_tokens", "an integer >= 1 or none")
         if self.max_prompt_len is not None and self.max_prompt_len < 1:
             raise bad("max_prompt_len", "an integer >= 1 or none")
         if self.entropy_coef < 0:
