@@ -17,6 +17,7 @@ Paired design: a seed fixes the training tasks and the sampling seeds of every v
     python benchmarks/study_small.py --seeds 5 --workers 2     # Shelf, all cells, resumable
     python benchmarks/study_small.py --env frozenlake --starts normal --variants grpo grpo_paw
     python benchmarks/study_small.py --report                  # tables + plot from results
+    python benchmarks/study_small.py --env frozenlake --report --world-model   # + o_next accuracy
 
 The learning regression test (``tests/test_learning.py``) uses this module's start and run.
 """
@@ -250,6 +251,70 @@ def _plot(runs, out: Path, env_id: str) -> None:
     plt.close(fig)
 
 
+def world_model_accuracy(env: str, work: Path, updates: int = STUDY_UPDATES) -> str:
+    """Next-observation accuracy (``training.pretrain.next_observation_accuracy``) of each run's
+    final model and of its start, on held-out transitions: 64 noisy-expert (ε = 0.5) episodes
+    on the ``test`` split, the same for every model. PaW's premise is that co-training makes
+    the policy a better predictor of o_next; this measures it. Written to
+    ``<results>_wm.json``; returns a Markdown table with paired differences."""
+    import torch
+
+    from agents.hf_policy import HFPolicy
+    from training.checkpoint import latest_checkpoint
+    from training.pretrain import next_observation_accuracy
+    from training.sft import record_expert_demos
+
+    torch.set_num_threads(1)
+    study_env = STUDY_ENVS[env]
+    transitions = work / "wm-held-out"
+    if not transitions.is_dir():
+        record_expert_demos(study_env.id, len(HELD_OUT), transitions, seed=HELD_OUT[0],
+                            epsilon=0.5, max_steps=study_env.max_steps, split="test", **PROMPT)
+    out = results_dir(updates, study_env).with_name(
+        results_dir(updates, study_env).name + "_wm.json")
+    scores = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else {}
+    for path in sorted(results_dir(updates, study_env).glob("*.json")):
+        r = json.loads(path.read_text(encoding="utf-8"))
+        start_key = f"{r['start']}__start"
+        if start_key not in scores:
+            model = build_start(work / f"start-{r['start']}", STARTS[r["start"]], env=study_env)
+            scores[start_key] = next_observation_accuracy(HFPolicy(str(model), device="cpu"),
+                                                          transitions)
+        checkpoint = latest_checkpoint(work / "runs" / f"u{updates}" / path.stem)
+        if path.stem not in scores and checkpoint is not None:
+            policy = HFPolicy(str(checkpoint / "model"), device="cpu")
+            scores[path.stem] = next_observation_accuracy(policy, transitions)
+    out.write_text(json.dumps(scores, indent=1), encoding="utf-8")
+    lines = ["| model | runs | exact next observation % | token % |", "|---|---:|---:|---:|"]
+    for start in STARTS:
+        if f"{start}__start" in scores:
+            s = scores[f"{start}__start"]
+            lines.append(f"| start `{start}` | 1 | {s['exact']:.1f} | {s['token']:.1f} |")
+        for variant in VARIANTS:
+            runs = [v for k, v in scores.items() if k.startswith(f"{start}__{variant}__s")]
+            if runs:
+                lines.append(f"| {start} {variant} | {len(runs)} | "
+                             f"{mean_ci([r['exact'] for r in runs])[0]:.1f} | "
+                             f"{mean_ci([r['token'] for r in runs])[0]:.1f} |")
+    lines += ["", "| paired comparison | seeds | Δ exact (pp, 95 % CI) | Δ token (pp, 95 % CI) |",
+              "|---|---:|---:|---:|"]
+    for start in STARTS:
+        for variant, baseline in PAIRS:
+            seeds = [s for s in range(100) if f"{start}__{variant}__s{s}" in scores
+                     and f"{start}__{baseline}__s{s}" in scores]
+            if not seeds:
+                continue
+            cells = []
+            for metric in ("exact", "token"):
+                diff, half = mean_ci([scores[f"{start}__{variant}__s{s}"][metric]
+                                      - scores[f"{start}__{baseline}__s{s}"][metric]
+                                      for s in seeds])
+                cells.append(f"{diff:+.1f} ± {half:.1f}")
+            lines.append(f"| {start}: {variant} − {baseline} | {len(seeds)} | {cells[0]} | "
+                         f"{cells[1]} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="shelf", choices=list(STUDY_ENVS))
@@ -262,6 +327,8 @@ def main(argv=None) -> int:
     parser.add_argument("--updates", type=int, default=STUDY_UPDATES,
                         help="RL updates per run (12: the regression test's budget)")
     parser.add_argument("--report", action="store_true", help="only print the report")
+    parser.add_argument("--world-model", action="store_true",
+                        help="also score every run's final model as a next-observation predictor")
     args = parser.parse_args(argv)
     if not args.report:
         work = Path(args.work or f"runs/{STUDY_ENVS[args.env].results}")
@@ -281,6 +348,9 @@ def main(argv=None) -> int:
             for cell in cells:
                 print("done", run_cell(*cell, work, args.updates, args.env).name, flush=True)
     print(report(args.updates, args.env))
+    if args.world_model:
+        work = Path(args.work or f"runs/{STUDY_ENVS[args.env].results}")
+        print(world_model_accuracy(args.env, work, args.updates))
     return 0
 
 

@@ -9,8 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from agents.hf_policy import HFPolicy  # noqa: E402
-from training.pretrain import (PretrainConfig, cached_build, reading_probe,  # noqa: E402
-                               run_pretrain, transcript_rows)
+from training.pretrain import (PretrainConfig, cached_build,  # noqa: E402
+                               next_observation_accuracy, reading_probe, run_pretrain,
+                               transcript_parts, transcript_rows)
 from training.sft import record_expert_demos  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -46,6 +47,31 @@ def test_pretraining_lowers_the_loss_and_saves_a_loadable_model(tiny_model_dir, 
     assert 0.0 <= score <= 1.0
     with pytest.raises(ValueError, match="steps"):
         run_pretrain(PretrainConfig(model=str(tiny_model_dir), replay=str(demos), steps=0))
+
+
+def test_next_observation_accuracy_is_greedy_decoding_of_the_next_observation(
+        tiny_model_dir, demos, tmp_path):
+    out, _ = run_pretrain(PretrainConfig(model=str(tiny_model_dir), replay=str(demos),
+                                         output_dir=str(tmp_path / "base"), steps=60,
+                                         batch_size=4, device="cpu", progress=False))
+    scores = {}
+    for name, model in (("random", tiny_model_dir), ("pretrained", out)):
+        policy = HFPolicy(str(model), device="cpu")
+        result = next_observation_accuracy(policy, demos)
+        # Literal reference: greedy generation after h ⊕ a ⊕ <end of turn>, compared token by
+        # token with the real next observation.
+        matches = 0
+        parts = [p for p in transcript_parts(policy, demos, 1024) if p[3]]
+        for ids, prompt_len, action_len, obs_len in parts:
+            context = torch.tensor([ids[:prompt_len + action_len]])
+            generated = policy.model.generate(context, max_new_tokens=obs_len, do_sample=False,
+                                              min_new_tokens=obs_len, pad_token_id=0)
+            matches += generated[0, context.shape[1]:].tolist() == ids[prompt_len + action_len:]
+        assert result["transitions"] == len(parts)
+        assert result["exact"] == pytest.approx(100.0 * matches / len(parts))
+        scores[name] = result
+    assert scores["pretrained"]["token"] > scores["random"]["token"] + 20
+    assert scores["pretrained"]["exact"] > 0
 
 
 def test_cached_build_builds_once_and_never_keeps_a_failed_build(tmp_path, monkeypatch):

@@ -59,8 +59,10 @@ class PretrainConfig:
     """Show a progress bar."""
 
 
-def transcript_rows(policy, replay_dir: str | Path, max_seq_len: int) -> list[list[int]]:
-    """Token ids of chat(h) ⊕ a ⊕ <end of turn> ⊕ o_next for every record with an action."""
+def transcript_parts(policy, replay_dir: str | Path, max_seq_len: int
+                     ) -> list[tuple[list[int], int, int, int]]:
+    """``serialize``d chat(h) ⊕ a ⊕ <end of turn> ⊕ o_next of every record with an action:
+    ``(ids, prompt_len, action_len, obs_len)``."""
     from training.batch import serialize
     from wrappers import WMReplay
 
@@ -74,10 +76,48 @@ def transcript_rows(policy, replay_dir: str | Path, max_seq_len: int) -> list[li
         action_ids = policy.tokenizer(action, add_special_tokens=False)["input_ids"] + [eos]
         obs_ids = policy.tokenizer(str(record.get("o_next") or ""),
                                    add_special_tokens=False)["input_ids"]
-        rows.append(serialize(prompt_ids, action_ids, obs_ids, max_seq_len)[0])
+        rows.append(serialize(prompt_ids, action_ids, obs_ids, max_seq_len))
     if not rows:
         raise ValueError(f"replay {str(replay_dir)!r} has no transition with an action")
     return rows
+
+
+def transcript_rows(policy, replay_dir: str | Path, max_seq_len: int) -> list[list[int]]:
+    """Token ids of chat(h) ⊕ a ⊕ <end of turn> ⊕ o_next for every record with an action."""
+    return [ids for ids, *_ in transcript_parts(policy, replay_dir, max_seq_len)]
+
+
+def next_observation_accuracy(policy, replay_dir: str | Path, max_seq_len: int = 1024
+                              ) -> dict[str, float]:
+    """The policy read as a world model, on a replay's transitions (the PaW serialisation).
+
+    ``exact``: % of transitions whose next observation greedy decoding after
+    chat(h) ⊕ a ⊕ <end of turn> reproduces token for token (equivalently: every o_next token
+    is the argmax given the true prefix); ``token``: % of o_next tokens that are the argmax.
+    Transitions with an empty next observation are skipped (nothing to predict).
+    """
+    import torch
+
+    model = policy.model
+    device = next(model.parameters()).device
+    exact = tokens = total = transitions = 0
+    with torch.no_grad():
+        for ids, prompt_len, action_len, obs_len in transcript_parts(policy, replay_dir,
+                                                                     max_seq_len):
+            if not obs_len:
+                continue
+            logits = model(torch.tensor([ids], device=device)).logits[0]
+            start = prompt_len + action_len
+            predicted = logits[start - 1:start - 1 + obs_len].argmax(-1)
+            hits = predicted == torch.tensor(ids[start:], device=device)
+            exact += int(hits.all())
+            tokens += int(hits.sum())
+            total += obs_len
+            transitions += 1
+    if not transitions:
+        raise ValueError(f"replay {str(replay_dir)!r} has no transition with a next observation")
+    return {"exact": 100.0 * exact / transitions, "token": 100.0 * tokens / total,
+            "transitions": transitions}
 
 
 def run_pretrain(config: PretrainConfig) -> tuple[Path, list[dict[str, Any]]]:
