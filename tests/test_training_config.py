@@ -1,6 +1,7 @@
 """TrainConfig: YAML loading, CLI overrides, and clear errors."""
 
 import argparse
+from pathlib import Path
 import dataclasses
 
 import pytest
@@ -60,6 +61,51 @@ def test_bad_cli_types_are_named():
         overrides_from_args(parser.parse_args(["--paw", "maybe"]))
     with pytest.raises(ValueError, match="--lr expects a number"):
         overrides_from_args(parser.parse_args(["--lr", "fast"]))
+
+
+PAPER = Path(__file__).resolve().parents[1] / "configs" / "paper"
+
+
+def test_paper_configs_read_the_official_data_from_environment_variables(monkeypatch):
+    from training.config import DATA_VARIABLES
+
+    for name in DATA_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ValueError, match=r"env_kwargs.data_dir uses \$\{WEBSHOP_DATA\}, which is "
+                                         r"not set: set WEBSHOP_DATA to a folder with WebShop's"):
+        load_config(PAPER / "webshop_qwen2.5-1.5b_grpo_paw.yaml")
+    for name in DATA_VARIABLES:
+        monkeypatch.setenv(name, f"/data/{name.lower()}")
+    assert load_config(PAPER / "webshop_qwen2.5-1.5b_grpo_paw.yaml").env_kwargs == {
+        "data_dir": "/data/webshop_data", "num_products": None}
+    assert load_config(PAPER / "alfworld_qwen2.5-7b_gigpo_paw.yaml").env_kwargs == {
+        "data_dir": "/data/alfworld_data"}
+    assert load_config(PAPER / "searchqa_qwen2.5-3b_grpo_paw.yaml").env_kwargs == {
+        "dataset": "/data/searchqa_train", "retriever": "/data/searchqa_retriever"}
+    for config in PAPER.glob("*.yaml"):  # every file runs the paper's data, none the embedded
+        assert load_config(config).env_kwargs, config.name
+
+
+def test_paper_configs_cover_table_3_backbones_and_ppo_with_128_environments(monkeypatch):
+    from training.config import DATA_VARIABLES
+
+    for name in DATA_VARIABLES:
+        monkeypatch.setenv(name, "/data")
+    models = {load_config(f).model for f in PAPER.glob("webshop_*_grpo_paw.yaml")}
+    assert {"Qwen/Qwen3-1.7B", "meta-llama/Llama-3.2-3B-Instruct",
+            "Qwen/Qwen2.5-14B-Instruct"} <= models
+    ppo = load_config(PAPER / "webshop_qwen2.5-1.5b_ppo_paw.yaml")
+    assert (ppo.algo, ppo.n_groups, ppo.group_size) == ("ppo", 128, 1)
+
+
+def test_unset_variables_anywhere_are_named(monkeypatch, tmp_path):
+    from training.config import expand_variables
+
+    monkeypatch.setenv("HERE", "x")
+    assert expand_variables({"a": ["${HERE}/y", 3]}, "cfg") == {"a": ["x/y", 3]}
+    monkeypatch.delenv("NOPE_VAR", raising=False)
+    with pytest.raises(ValueError, match=r"cfg.a\[1\] uses \$\{NOPE_VAR\}, which is not set"):
+        expand_variables({"a": ["ok", "${NOPE_VAR}"]}, "cfg")
 
 
 def test_missing_config_file_is_named(tmp_path):

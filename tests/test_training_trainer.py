@@ -231,10 +231,13 @@ def _uncapped(model_dir):
 
 
 @pytest.mark.parametrize("env, cap", [("alfworld", 2048), ("webshop", 4096), ("searchqa", 4096)])
-def test_paper_configs_cap_rollout_prompts_as_appendix_a1(env, cap):
+def test_paper_configs_cap_rollout_prompts_as_appendix_a1(env, cap, monkeypatch):
     from pathlib import Path
 
-    from training.config import load_config
+    from training.config import DATA_VARIABLES, load_config
+
+    for name in DATA_VARIABLES:
+        monkeypatch.setenv(name, f"/data/{name.lower()}")
 
     paper = Path(__file__).resolve().parents[1] / "configs" / "paper"
     files = sorted(paper.glob(f"{env}_*.yaml"))

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -270,9 +272,45 @@ def overrides_from_args(args: argparse.Namespace, cls: type = TrainConfig) -> di
     return out
 
 
+#: The ``${VARIABLES}`` the paper configs read their data from, and what each must hold.
+DATA_VARIABLES = {
+    "WEBSHOP_DATA": "a folder with WebShop's items_shuffle.json and items_ins_v2.json (from "
+                    "princeton-nlp/WebShop's setup.sh; docs/webshop.md)",
+    "ALFWORLD_DATA": "ALFWorld's data folder (json_2.1.1/, logic/; `alfworld-download`, "
+                     "docs/alfworld.md)",
+    "SEARCHQA_TRAIN": "Search-R1's NQ + HotpotQA training file (nq_hotpotqa_train/train.parquet; "
+                      "docs/searchqa.md)",
+    "SEARCHQA_RETRIEVER": "the URL of a Search-R1 /retrieve server over the E5 Wikipedia index, "
+                          "e.g. http://127.0.0.1:8000/retrieve (docs/searchqa.md)",
+}
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def expand_variables(value: Any, where: str) -> Any:
+    """``${NAME}`` in strings (also inside lists and mappings) replaced by the environment
+    variable; an unset one is a ValueError naming it, ``where`` it is used and what it holds."""
+    if isinstance(value, dict):
+        return {k: expand_variables(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_variables(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if not isinstance(value, str):
+        return value
+
+    def substitute(match: re.Match) -> str:
+        name = match.group(1)
+        if not os.environ.get(name):
+            hint = DATA_VARIABLES.get(name, "its value")
+            raise ValueError(f"{where} uses ${{{name}}}, which is not set: set {name} to {hint}")
+        return os.environ[name]
+
+    return _VARIABLE.sub(substitute, value)
+
+
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None,
                 cls: type = TrainConfig):
-    """Build ``cls`` from a YAML file (optional) and overrides; unknown keys are an error."""
+    """Build ``cls`` from a YAML file (optional) and overrides; unknown keys are an error.
+    ``${NAME}`` in the file's string values is read from the environment (see
+    :func:`expand_variables`)."""
     import yaml
 
     values: dict[str, Any] = {}
@@ -283,7 +321,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         if not isinstance(loaded, dict):
             raise ValueError(f"{path}: expected a mapping of field: value, got {type(loaded).__name__}")
-        values.update(loaded)
+        values.update({k: expand_variables(v, f"{path}: {k}") for k, v in loaded.items()})
     values.update(overrides or {})
     kinds = typing.get_type_hints(cls)
     for name, value in values.items():
