@@ -75,10 +75,25 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "paw_sampled_score": {"algo": "grpo", "paw": True, "entropy_score": "sampled",
                           "lambda_clamp": True},
 }
+#: What a study runs unless ``--variants`` says otherwise.
+DEFAULT_VARIANTS = list(VARIANTS)
+# On request (scripts/table3_algorithms.sh, scripts/figure6_sensitivity.sh): the other
+# estimators, and the paper's Figure 6 sweep around its α = 0.75, ρ = 0.2.
+VARIANTS.update({
+    "rloo": {"algo": "rloo", "paw": False},
+    "rloo_paw": {"algo": "rloo", "paw": True},
+    "ppo": {"algo": "ppo", "paw": False},
+    "ppo_paw": {"algo": "ppo", "paw": True},
+    **{f"paw_rho_{rho}": {"algo": "grpo", "paw": True, "rho": rho} for rho in (0.1, 0.5)},
+    **{f"paw_alpha_{alpha}": {"algo": "grpo", "paw": True, "alpha": alpha}
+       for alpha in (0.25, 0.5, 1.0)},
+})
 #: (variant, baseline) pairs the report compares.
 PAIRS = [("grpo_paw", "grpo"), ("gigpo_paw", "gigpo"), ("paw_ce", "grpo_paw"),
          ("paw_fixed_lambda", "grpo_paw"), ("grpo_std_norm_off", "grpo"),
-         ("grpo_entropy", "grpo"), ("paw_sampled_score", "grpo_paw")]
+         ("grpo_entropy", "grpo"), ("paw_sampled_score", "grpo_paw"),
+         ("rloo_paw", "rloo"), ("ppo_paw", "ppo"),
+         *[(v, "grpo_paw") for v in VARIANTS if v.startswith(("paw_rho_", "paw_alpha_"))]]
 RESULTS = Path(__file__).resolve().parent / "results"
 #: RL updates per study run: fewer than the regression test's 12, so that variants are compared
 #: while they are still learning rather than all at the 100 % ceiling.
@@ -320,7 +335,7 @@ def main(argv=None) -> int:
     parser.add_argument("--env", default="shelf", choices=list(STUDY_ENVS))
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--starts", nargs="+", default=list(STARTS), choices=list(STARTS))
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, choices=list(VARIANTS))
     parser.add_argument("--workers", type=int, default=1, help="parallel runs (1 thread each)")
     parser.add_argument("--work", default=None,
                         help="models and trainer runs (default: runs/<results folder>)")

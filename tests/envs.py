@@ -38,3 +38,21 @@ class GuessNumberEnv(TextEnv):
 
     def expert_action(self) -> str:
         return f"guess {self.target}"
+
+
+class CatalogCodeEnv(TextEnv):
+    """A shop page with a product code and a brand (noisy tokens in the paper's sense, A.4)."""
+
+    task_type = "catalog"
+
+    def _reset(self, options):
+        self.code = "B0" + "".join(str(self.np_random.integers(10)) for _ in range(8))
+        return (f"Item {self.code} by ACME costs 5 dollars. [SEP] Buy it?",
+                self.make_info(task_id=self.code, task_description="buy the item",
+                               admissible_actions=["buy", "skip"]))
+
+    def _step(self, action):
+        if action not in self._last_info["admissible_actions"]:
+            return self._last_observation, 0.0, False, {"invalid_action": True}
+        won = action == "buy"
+        return f"You chose {action} for {self.code}.", 10.0 * won, True, {"won": won}

@@ -147,6 +147,11 @@ class TrainConfig:
     """Padded tokens per micro-batch (bounds activation memory; gradients accumulate)."""
     max_seq_len: int = 4096
     """Longest serialised h ⊕ a ⊕ o row; the observation is cut first."""
+    noise_gradient_metric: bool = False
+    """Log the paper's Appendix A.4 diagnostic at every update: the share of the WM target-logit
+    gradient on noisy next-observation tokens (ASIN codes, brand-like capitals) under CE, MAE
+    and CMAE (``wm_noise_share_*``; ``training.diagnostics``). Costs one no-grad pass over the
+    WM rows."""
     max_obs_tokens: int | None = 512
     """Observation tokens kept as the WM target (the first ones); None keeps all, as the paper
     (it states no cap; ``benchmarks/wm_target_lengths.py`` measures how often 512 cuts)."""

@@ -19,6 +19,7 @@ from agents.types import Trajectory
 from training import checkpoint as ckpt
 from training.batch import collate, token_budget_batches
 from training.config import TrainConfig, save_config
+from training.diagnostics import gradient_shares, noisy_token_mask
 from training.metrics_log import MetricsLogger, plot_curves
 from training.models import (Reference, ValueModel, build_policy, build_vllm_policy,
                              trainable_parameters)
@@ -194,6 +195,8 @@ class PaWTrainer:
                 RuntimeWarning, stacklevel=2)
         if self.reference is not None:
             self._attach_reference_logprobs(batch)
+        # Measured on the weights that sampled the rollout, before this update changes them.
+        noise = self._noise_gradient_shares(batch) if config.noise_gradient_metric else {}
         totals: dict[str, float] = {}
         order_rng = torch.Generator().manual_seed(config.seed * 7919 + self.step)
         n = len(batch.samples)
@@ -212,7 +215,7 @@ class PaWTrainer:
                 if self.critic is not None:
                     self._optimize_critic(batch, rows, totals)
         update_time = time.perf_counter() - start
-        return self._metrics(batch, totals, norms, update_time)
+        return {**self._metrics(batch, totals, norms, update_time), **noise}
 
     # -- pieces of an update ------------------------------------------------------------------
     def _micro_batches(self, batch: RolloutBatch, rows: list[int],
@@ -233,6 +236,28 @@ class PaWTrainer:
                 for r, i in enumerate(rows):
                     s = batch.samples[i]
                     s.ref_logprobs = logprobs[r, s.prompt_len:s.prompt_len + s.action_len].tolist()
+
+    @torch.no_grad()
+    def _noise_gradient_shares(self, batch: RolloutBatch) -> dict[str, float]:
+        """Appendix A.4 over this update's WM targets (rows carrying observation tokens)."""
+        rows = [i for i, s in enumerate(batch.samples) if s.obs_len]
+        probabilities, noisy = [], []
+        for micro in self._micro_batches(batch, rows):
+            mb = collate(batch.samples, micro, self.policy.pad_id, self.device)
+            logprobs, _ = gather_logprobs(self.model, mb, score_obs=True,
+                                          action_temperature=self.settings.action_temperature,
+                                          chunk_size=self.config.logits_chunk)
+            for r, i in enumerate(micro):
+                s = batch.samples[i]
+                start = s.prompt_len + s.action_len
+                probabilities += logprobs[r, start:start + s.obs_len].exp().tolist()
+                noisy += noisy_token_mask([self.tokenizer.decode([token]) for token
+                                           in s.input_ids[start:start + s.obs_len]])
+        if not probabilities:
+            return {}
+        shares = gradient_shares(probabilities, noisy, self.config.rho)
+        return {**{f"wm_noise_share_{loss}": share for loss, share in shares.items()},
+                "wm_noise_token_frac": float(np.mean(noisy))}
 
     def _optimize(self, batch: RolloutBatch, rows: list[int], totals: dict[str, float]):
         """Accumulate gradients over the micro-batches of ``rows``; one guarded optimizer step."""

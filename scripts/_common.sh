@@ -1,0 +1,22 @@
+# Shared by scripts/*.sh: the scale argument and the paper-scale train + eval loop.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SCALE="${1:-}"
+if [[ "$SCALE" != "tiny" && "$SCALE" != "paper" ]]; then
+    echo "usage: $0 tiny|paper   (tiny: CPU, minutes; paper: a GPU machine, hub models, the official data)" >&2
+    exit 2
+fi
+
+# paper_pair CONFIG [extra paw-gym train flags]: train the config as written (PaW) and with
+# --paw false (vanilla RL), then evaluate both on the env's held-out split.
+paper_pair() {
+    local config="$1"; shift
+    local name; name="$(basename "$config" .yaml)"
+    for paw in true false; do
+        local out="runs/paper/${name}-paw-${paw}"
+        paw-gym train --config "$config" --paw "$paw" --output_dir "$out" "$@"
+        paw-gym eval --env "$(awk '/^env_id:/ {print $2}' "$config")" \
+            --checkpoint "$(ls -d "$out"/checkpoints/step-* | tail -1)" \
+            --split test --episodes 500 --out "$out/eval"
+    done
+}
