@@ -150,7 +150,8 @@ def train_and_evaluate(start: Path, output_dir: Path, seed: int = 0, updates: in
         model=str(start), env_id=env.id, env_kwargs={"split": "train"}, template=TEMPLATE,
         history_length=0, max_episode_steps=env.max_steps, max_new_tokens=24,
         total_steps=updates,
-        max_seq_len=512, seed=seed, output_dir=str(output_dir), save_every=0, device="cpu",
+        max_seq_len=512, seed=seed, output_dir=str(output_dir), overwrite_output_dir=True,
+        save_every=0, device="cpu",
         progress=False, **{**settings, **overrides})
     trainer = PaWTrainer(config)
     before = held_out_success(trainer.policy, env)

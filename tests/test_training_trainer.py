@@ -244,3 +244,36 @@ def test_paper_configs_cap_rollout_prompts_as_appendix_a1(env, cap, monkeypatch)
     assert files
     assert {load_config(f).max_prompt_len for f in files} == {cap}
     assert {load_config(f).max_obs_tokens for f in files} == {None}  # the paper caps no target
+
+
+def test_a_new_run_refuses_a_folder_that_holds_a_run(tiny_model_dir, tmp_path):
+    first = _config(tiny_model_dir, tmp_path, total_steps=2, save_every=1, keep_checkpoints=1)
+    PaWTrainer(first).train()
+    out = tmp_path / "run"
+    before = {p.name: p.read_bytes() for p in (out / "metrics.jsonl", out / "config.yaml")}
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"already holds a training run \(checkpoints, "
+                                              r"metrics.jsonl, config.yaml, curves.png\); pass "
+                                              r"--resume .* --overwrite_output_dir true"):
+        PaWTrainer(first).train()
+    assert {p.name: p.read_bytes() for p in (out / "metrics.jsonl", out / "config.yaml")} == before
+    # Asked to overwrite: the old run goes (its step-2 checkpoint no longer outranks the new
+    # run's step 1), the user's own file stays.
+    PaWTrainer(_config(tiny_model_dir, tmp_path, total_steps=1, save_every=1,
+                       keep_checkpoints=1, overwrite_output_dir=True)).train()
+    assert latest_checkpoint(out).name == "step-000001"
+    assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1]
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_paw_gym_train_refuses_before_loading_anything(tiny_model_dir, tmp_path, capsys):
+    from training.cli import main
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"step": 7}\n')
+    # A model path that does not exist: the refusal must come first, without touching the file.
+    assert main(["train", "--model", str(tmp_path / "no-model"), "--env_id",
+                 "Test/GuessNumber-v0", "--output_dir", str(out), "--device", "cpu"]) == 2
+    assert "already holds a training run (metrics.jsonl)" in capsys.readouterr().err
+    assert (out / "metrics.jsonl").read_text() == '{"step": 7}\n'

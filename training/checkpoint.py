@@ -36,6 +36,35 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
     return done[-1] if done else None
 
 
+#: What a training run writes into its output_dir (the earlier run ``overwrite_output_dir`` removes).
+RUN_FILES = ("checkpoints", "metrics.jsonl", "config.yaml", "curves.png", "tensorboard")
+
+
+def check_output_dir(output_dir: str | Path, resume: bool, overwrite: bool) -> None:
+    """Refuse to start a new run where one already is, before any work: a new run's checkpoint
+    pruning would delete its own checkpoints in favour of the old run's higher steps, and a
+    later ``--resume`` would load the old run."""
+    out = Path(output_dir)
+    found = [name for name in RUN_FILES if (out / name).exists()]
+    if resume or overwrite or not found:
+        return
+    raise FileExistsError(
+        f"output_dir {str(out)!r} already holds a training run ({', '.join(found)}); pass "
+        "--resume to continue it, --overwrite_output_dir true to delete it and start over, or "
+        "choose another --output_dir")
+
+
+def remove_run(output_dir: str | Path) -> None:
+    """Delete an earlier run's files (:data:`RUN_FILES`) from ``output_dir``, nothing else."""
+    out = Path(output_dir)
+    for name in RUN_FILES:
+        path = out / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
 def save_optimizer(optimizer: torch.optim.Optimizer, path: Path) -> None:
     state = optimizer.state_dict()
     tensors: dict[str, torch.Tensor] = {}

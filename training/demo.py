@@ -220,7 +220,7 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
         total_steps=config.rl_steps, lr=config.rl_lr, mini_batch_size=config.rl_mini_batch_size,
         norm_adv_by_std=config.norm_adv_by_std, entropy_coef=config.entropy_coef,
         token_budget=16384, max_seq_len=2048, max_obs_tokens=config.max_obs_tokens,
-        seed=config.seed, output_dir=str(out / "rl"),
+        seed=config.seed, output_dir=str(out / "rl"), overwrite_output_dir=True,  # the demo's own
         save_every=0, keep_checkpoints=1, device="cpu")
     trainer = PaWTrainer(train_config)
     history = trainer.train()

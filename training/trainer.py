@@ -110,6 +110,9 @@ class PaWTrainer:
         """
         config = self.config
         out = Path(config.output_dir)
+        ckpt.check_output_dir(out, bool(resume), config.overwrite_output_dir)
+        if config.overwrite_output_dir and not resume:
+            ckpt.remove_run(out)
         out.mkdir(parents=True, exist_ok=True)
         if resume:
             path = ckpt.latest_checkpoint(out) if resume is True else Path(resume)

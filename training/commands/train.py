@@ -23,9 +23,15 @@ def run(args) -> int:
     from training.config import TrainConfig
 
     config = config_from_args(args, TrainConfig)
-    from training.trainer import PaWTrainer  # torch: only once the config is known to be valid
+    from training.checkpoint import check_output_dir
 
     resume = True if args.resume == "latest" else args.resume
+    try:  # before the model loads: nothing is written or deleted yet
+        check_output_dir(config.output_dir, bool(resume), config.overwrite_output_dir)
+    except FileExistsError as error:
+        raise UserError(str(error)) from error
+    from training.trainer import PaWTrainer  # torch: only once the config is known to be valid
+
     try:
         history = PaWTrainer(config).train(resume=resume)
     except FileNotFoundError as error:
