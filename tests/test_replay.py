@@ -118,6 +118,47 @@ def test_malformed_records_are_reported_not_dropped(tmp_path):
         WMReplay().append({"h": "x"})
 
 
+def test_a_short_write_raises_and_the_next_record_starts_on_a_fresh_line(tmp_path, monkeypatch):
+    import errno
+
+    import wrappers.replay as replay_module
+
+    replay = WMReplay(tmp_path / "full")
+    env = recorded_env(replay)
+    env.reset(seed=0, options={"target": 5})
+    env.step("<action>guess 1</action>")  # one complete record on disk
+    real_write = os.write
+
+    def disk_fills_up(fd, data):  # half the record reaches the disk, then ENOSPC
+        if not getattr(disk_fills_up, "done", False):
+            disk_fills_up.done = True
+            return real_write(fd, data[:len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(replay_module.os, "write", disk_fills_up)
+    with pytest.raises(OSError, match=r"wrote \d+ of \d+ bytes of a record .*not stored"):
+        env.step("<action>guess 2</action>")  # the step must not look successful
+    monkeypatch.setattr(replay_module.os, "write", real_write)
+    assert len(replay) == 1  # memory holds only what reached the disk
+    env.step("<action>guess 3</action>")
+    with pytest.warns(UserWarning, match="1 malformed record"):
+        loaded = WMReplay.load(tmp_path / "full")
+    assert [r["a"] for r in loaded.to_list()] == ["<action>guess 1</action>",
+                                                  "<action>guess 3</action>"]
+    assert [r["a"] for r in replay.to_list()] == ["<action>guess 1</action>",
+                                                  "<action>guess 3</action>"]
+
+
+def test_a_lone_surrogate_in_model_output_is_stored_exactly(tmp_path):
+    replay = WMReplay(tmp_path / "odd")
+    env = recorded_env(replay)
+    env.reset(seed=0, options={"target": 4})
+    action = "<think>\ud800 odd bytes</think><action>guess 4</action>"
+    env.step(action)
+    loaded = WMReplay.load(tmp_path / "odd", strict=True)
+    assert loaded.to_list()[0]["a"] == action == replay.to_list()[0]["a"]
+
+
 WRITER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {repo!r})

@@ -15,6 +15,7 @@ and reports (never silently drops) malformed records in ``replay.errors``.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -79,6 +80,7 @@ class WMReplay:
         self._shard = ""
         self._part = 0
         self._pending_rows = 0
+        self._torn = False
 
     # -- writing ----------------------------------------------------------------------------
     def append(self, record: dict[str, Any]) -> None:
@@ -87,11 +89,13 @@ class WMReplay:
         if missing:
             raise ValueError(f"transition record is missing required field(s) {missing}")
         record = {"schema_version": SCHEMA_VERSION, **record}
+        if self.path is not None:
+            self._write_line(_encode(record))
+        # Only a record that reached the disk is kept in memory: the two never disagree.
         if self.keep_in_memory:
             self.records.append(record)
         if self.path is None:
             return
-        self._write_line(json.dumps(record, ensure_ascii=False) + "\n")
         if self.format == "parquet":
             self._pending_rows += 1
             if self._pending_rows >= self.parquet_rows:
@@ -126,7 +130,7 @@ class WMReplay:
             return self.path / f"{self._shard}-part{self._part:05d}.pending.jsonl"
         return self.path / f"{self._shard}.jsonl"
 
-    def _write_line(self, line: str) -> None:
+    def _write_line(self, line: bytes) -> None:
         if self._owner_pid != os.getpid():  # first write here, or a forked copy: a new shard
             assert self.path is not None
             self.path.mkdir(parents=True, exist_ok=True)
@@ -135,7 +139,21 @@ class WMReplay:
             self._part, self._pending_rows, self._fd = 0, 0, None
         if self._fd is None:
             self._fd = os.open(self._segment_path(), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        os.write(self._fd, line.encode("utf-8"))
+        if self._torn:  # an earlier record was cut short: start this one on a fresh line
+            line = b"\n" + line
+        written = 0
+        try:
+            while written < len(line):
+                count = os.write(self._fd, line[written:])
+                if count == 0:
+                    raise OSError(errno.ENOSPC, "the disk accepted no more bytes")
+                written += count
+        except OSError as error:
+            self._torn = self._torn or written > 0
+            raise OSError(error.errno, f"replay {str(self._segment_path())!r}: wrote {written} of "
+                          f"{len(line)} bytes of a record ({error.strerror or error}); the record "
+                          "is not stored") from error
+        self._torn = False
         if self.fsync:
             os.fsync(self._fd)
 
@@ -241,6 +259,16 @@ class WMReplay:
         view = WMReplay()
         view.records = list(records)
         return view
+
+
+def _encode(record: dict[str, Any]) -> bytes:
+    """One JSON line. Text that UTF-8 cannot encode (a lone surrogate from raw model output)
+    makes the line plain ASCII with ``\\uXXXX`` escapes, which JSON reads back unchanged."""
+    line = json.dumps(record, ensure_ascii=False) + "\n"
+    try:
+        return line.encode("utf-8")
+    except UnicodeEncodeError:
+        return (json.dumps(record, ensure_ascii=True) + "\n").encode("ascii")
 
 
 def trajectory_key(steps: list[dict[str, Any]]) -> str:
