@@ -146,3 +146,16 @@ def test_wrappers_run_in_vector_envs(vector_cls):
 def test_async_vector_env_with_shared_memory_fails_with_a_clear_message():
     with pytest.raises(ValueError, match="shared_memory=False"):
         gym.vector.AsyncVectorEnv([make_agent_env, make_agent_env])
+
+
+def test_the_wrapped_stack_records_its_constructor_args_and_round_trips_through_its_spec():
+    env = ParseAction(HistoryPrompt(gym.make("PaW/Shelf-v0", split="test"), template="webshop",
+                                    history_length=1), invalid_penalty=-0.5)
+    names = [(w.name, w.kwargs) for w in env.spec.additional_wrappers]
+    assert ("HistoryPrompt", {"template": "webshop", "history_length": 1,
+                              "first_step_template": None}) in names
+    assert ("ParseAction", {"action_format": "action", "invalid_penalty": -0.5,
+                            "require_think": False}) in names
+    again = gym.make(env.spec)
+    assert again.reset(seed=3) == env.reset(seed=3)
+    assert again.step("<action>pay</action>")[1] == env.step("<action>pay</action>")[1] == -0.5

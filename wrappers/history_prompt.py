@@ -9,7 +9,7 @@ import gymnasium as gym
 from wrappers.templates import TEMPLATES, template_slots
 
 
-class HistoryPrompt(gym.Wrapper):
+class HistoryPrompt(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Replace each observation by the prompt h_t built from a template and recent history.
 
     Built-in templates are the paper's (``"alfworld"``, ``"webshop"``, ``"search"``, see
@@ -53,6 +53,9 @@ class HistoryPrompt(gym.Wrapper):
 
     def __init__(self, env: gym.Env, template: str = "alfworld", history_length: int | None = 2,
                  first_step_template: str | None = None):
+        gym.utils.RecordConstructorArgs.__init__(self, template=template,
+                                                 history_length=history_length,
+                                                 first_step_template=first_step_template)
         super().__init__(env)
         if history_length is not None and (not isinstance(history_length, int) or history_length < 0):
             raise ValueError(f"history_length must be a non-negative int or None, got {history_length!r}")

@@ -56,7 +56,7 @@ def extract_action(text: Any, action_format: str = "action",
     return (content if action_format == "action" else f"<{tag}>{content}</{tag}>"), None
 
 
-class ParseAction(gym.Wrapper):
+class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Accept raw model output as the action; send the extracted action to the env.
 
     The output is *invalid* when the tags are missing, unbalanced, repeated or empty (then the
@@ -81,6 +81,9 @@ class ParseAction(gym.Wrapper):
 
     def __init__(self, env: gym.Env, action_format: str = "action", invalid_penalty: float = -0.1,
                  require_think: bool = False):
+        gym.utils.RecordConstructorArgs.__init__(self, action_format=action_format,
+                                                 invalid_penalty=invalid_penalty,
+                                                 require_think=require_think)
         super().__init__(env)
         if action_format not in ACTION_TAGS:
             raise ValueError(f"action_format must be one of {sorted(ACTION_TAGS)}, got {action_format!r}")

@@ -37,7 +37,7 @@ def _rebuild_policy_action(text: str, metadata: dict[str, Any]) -> PolicyAction:
     return PolicyAction(text, **metadata)
 
 
-class RecordTransitions(gym.Wrapper):
+class RecordTransitions(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Append each step's transition to a :class:`~wrappers.replay.WMReplay`.
 
     A record holds ``h`` (the observation the action was chosen from: the prompt when a
@@ -62,6 +62,7 @@ class RecordTransitions(gym.Wrapper):
     """
 
     def __init__(self, env: gym.Env, replay: WMReplay | str, deduplicate: bool = False):
+        gym.utils.RecordConstructorArgs.__init__(self, replay=replay, deduplicate=deduplicate)
         super().__init__(env)
         self.replay = replay if isinstance(replay, WMReplay) else WMReplay(replay)
         self.deduplicate = deduplicate
