@@ -13,7 +13,7 @@ text) and after next-token pretraining on 300 train-split expert episodes (``tra
 Runs on the embedded catalog and, when ``../shared/data/webshop`` exists, on WebShop's real
 1,000-product catalog (whose brands are often written in capitals).
 
-    python benchmarks/noise_gradient.py          # ~6 min on 2 cores
+    python benchmarks/noise_gradient.py          # ~40 CPU minutes (two pretrainings)
 """
 
 from __future__ import annotations
