@@ -159,6 +159,23 @@ def test_a_lone_surrogate_in_model_output_is_stored_exactly(tmp_path):
     assert loaded.to_list()[0]["a"] == action == replay.to_list()[0]["a"]
 
 
+def test_wrongly_typed_fields_are_malformed_not_misread(tmp_path):
+    replay = WMReplay(tmp_path / "typed")
+    play(recorded_env(replay), 2, [2])
+    good = replay.to_list()[0]
+    shard = next((tmp_path / "typed").glob("*.jsonl"))
+    with open(shard, "a", encoding="utf-8") as handle:
+        for bad in ({"won": "no"}, {"reward": "3"}, {"terminated": 1}, {"h": None}):
+            handle.write(json.dumps({**good, **bad}) + "\n")
+    with pytest.warns(UserWarning, match="4 malformed record"):
+        loaded = WMReplay.load(tmp_path / "typed")
+    assert len(loaded) == 1 and len(loaded.filter(success=True)) == 1
+    assert [e.reason for e in loaded.errors] == [
+        "field 'won' is 'no', expected true or false", "field 'reward' is '3', expected a number",
+        "field 'terminated' is 1, expected true or false",
+        "field 'h' is NoneType, expected a string"]
+
+
 WRITER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {repo!r})

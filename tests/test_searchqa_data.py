@@ -82,12 +82,22 @@ def test_load_search_r1_parquet(tmp_path):
     ('[{"question": "q"}]', "no answers"),
     ('[{"answer": "a"}]', "missing 'question'"),
     ("[]", "no questions"),
+    # Once read as silently wrong answers (issue 17): a mapping's keys, the text "None".
+    ('[{"question": "q", "answer": {"text": "a"}}]', "'answer' is dict; expected a string"),
+    ('[{"question": "q", "answer": [null]}]', "'answer' has an answer None"),
+    ('[{"question": "q", "golden_answers": ["a", ["b"]]}]', "has an answer \\['b'\\]"),
 ])
 def test_load_qa_errors_name_the_problem(tmp_path, content, message):
     path = tmp_path / "bad.json"
     path.write_text(content)
     with pytest.raises(DataFormatError, match=message):
         load_qa(path)
+
+
+def test_numeric_answers_are_read_as_text(tmp_path):
+    path = tmp_path / "years.json"
+    path.write_text('[{"question": "When?", "answer": [1945, "in 1945"]}]')
+    assert load_qa(path).examples[0].golden_answers == ("1945", "in 1945")
 
 
 def test_load_qa_missing_file_and_bad_suffix(tmp_path):

@@ -48,10 +48,27 @@ def test_every_field_has_a_docstring():
     ({"max_prompt_len": 0}, "max_prompt_len=0"),
     ({"entropy_score": "token"}, "entropy_score='token'"),
     ({"nonsense": 1}, "unknown config key"),
+    # Once silently accepted (issue 17): truthy non-bools, truncated floats, no-op budgets.
+    ({"paw": 3}, "paw=3 is invalid; expected true or false"),
+    ({"n_groups": 1.5}, "n_groups=1.5 is invalid; expected an integer"),
+    ({"lr": "fast"}, "--lr expects a number, got 'fast'"),
+    ({"max_obs_tokens": -5}, "max_obs_tokens=-5"),
+    ({"max_episode_steps": 0}, "max_episode_steps=0"),
+    ({"save_every": -1}, "save_every=-1"),
+    ({"total_steps": 0}, "total_steps=0"),
+    ({"keep_checkpoints": 0}, "keep_checkpoints=0"),
 ])
 def test_bad_values_are_named(values, message):
     with pytest.raises(ValueError, match=message):
         load_config(None, values)
+
+
+def test_wrong_types_given_in_python_are_named():
+    with pytest.raises(ValueError, match="lr='fast' is invalid; expected a number"):
+        TrainConfig(lr="fast")
+    with pytest.raises(ValueError, match="max_prompt_len=True is invalid; expected an integer or none"):
+        TrainConfig(max_prompt_len=True)
+    assert TrainConfig(lr=1).lr == 1  # an int is a number
 
 
 def test_bad_cli_types_are_named():

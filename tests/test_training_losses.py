@@ -239,6 +239,18 @@ def test_grpo_hand_computed():
     assert out.tolist() == pytest.approx([-1 / s2, -2 / s12, 1 / s2, -2 / s12, 4 / s12], rel=1e-5)
 
 
+def test_group_ids_given_as_a_tensor_or_array_group_by_value():
+    import numpy as np
+
+    returns = torch.tensor([1.0, 0.0, 3.0, 0.0, 6.0])
+    expected = adv.grpo(returns, [0, 1, 0, 1, 1])
+    # Iterating a tensor gives 0-d tensors hashed by identity: each would be its own group.
+    assert adv.grpo(returns, torch.tensor([0, 1, 0, 1, 1])).tolist() == expected.tolist()
+    assert adv.grpo(returns, np.array([0, 1, 0, 1, 1])).tolist() == expected.tolist()
+    assert adv.rloo(returns, torch.tensor([0, 1, 0, 1, 1])).tolist() == adv.rloo(
+        returns, [0, 1, 0, 1, 1]).tolist()
+
+
 def test_grpo_singleton_and_constant_groups():
     out = adv.grpo(torch.tensor([5.0, 2.0, 2.0]), [0, 1, 1])
     assert out.tolist() == pytest.approx([5.0, 0.0, 0.0])

@@ -17,12 +17,17 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Hashable, Sequence
 
+import numpy as np
 import torch
 
 EPS = 1e-6
 
 
 def _groups(keys: Sequence[Hashable]) -> dict[Hashable, list[int]]:
+    # A tensor or array of ids iterates as 0-d tensors hashed by identity: every element would
+    # be its own group. Compare their values instead.
+    if isinstance(keys, (torch.Tensor, np.ndarray)):
+        keys = keys.tolist()
     members: dict[Hashable, list[int]] = defaultdict(list)
     for index, key in enumerate(keys):
         members[key].append(index)

@@ -199,6 +199,7 @@ class TrainConfig:
         """Raise ValueError naming the bad value."""
         def bad(name, allowed):
             return ValueError(f"{name}={getattr(self, name)!r} is invalid; expected {allowed}")
+        _check_scalar_types(self)
         if self.algo not in ALGOS:
             raise bad("algo", " | ".join(ALGOS))
         if self.wm_loss not in ("cmae", "mae", "ce"):
@@ -226,12 +227,51 @@ class TrainConfig:
                 raise bad(name, "an integer >= 1")
         if self.r_max <= 0:
             raise bad("r_max", "a positive number")
+        if self.total_steps < 1:
+            raise bad("total_steps", "an integer >= 1 (the number of RL updates)")
+        if self.save_every < 0:
+            raise bad("save_every", "an integer >= 0 (0: only at the end)")
+        if self.keep_checkpoints < 1:
+            raise bad("keep_checkpoints", "an integer >= 1")
+        if self.max_episode_steps is not None and self.max_episode_steps < 1:
+            raise bad("max_episode_steps", "an integer >= 1 or none")
         if self.max_obs_tokens is not None and self.max_obs_tokens < 1:
             raise bad("max_obs_tokens", "an integer >= 1 or none")
         if self.max_prompt_len is not None and self.max_prompt_len < 1:
             raise bad("max_prompt_len", "an integer >= 1 or none")
         if self.entropy_coef < 0:
             raise bad("entropy_coef", "a number >= 0")
+
+
+_SCALARS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+
+
+def _check_scalar_types(config: Any) -> None:
+    """Every bool / int / float / str field (optionally None) holds that type: ``paw: 3`` or
+    ``n_groups: 1.5`` is an error, not silently truthy or truncated."""
+    for name, kind in _field_types(type(config)).items():
+        args = typing.get_args(kind)
+        optional = typing.get_origin(kind) in (typing.Union, types.UnionType) and type(None) in args
+        base = next((a for a in args if a is not type(None)), kind) if optional else kind
+        if base not in _SCALARS:
+            continue
+        value = getattr(config, name)
+        if value is None and optional:
+            continue
+        if base is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        elif base is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, base)
+        if not ok:
+            raise ValueError(f"{name}={value!r} is invalid; expected {_SCALARS[base]}"
+                             + (" or none" if optional else ""))
+
+
+@functools.lru_cache(maxsize=None)
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
 
 
 def _parse_value(name: str, raw: str, kind: Any) -> Any:

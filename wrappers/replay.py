@@ -333,6 +333,16 @@ def _invalid_reason(record: Any) -> str | None:
     version = record.get("schema_version")
     if version != SCHEMA_VERSION:
         return f"schema_version {version!r} is not {SCHEMA_VERSION}"
+    # Wrong types would be read as something else: "no" is a truthy win, "3" a string reward.
+    for name in ("h", "a", "o_next", "task_id", "task_type"):
+        if not isinstance(record[name], str):
+            return f"field {name!r} is {type(record[name]).__name__}, expected a string"
+    for name in ("terminated", "truncated", *(["won"] if "won" in record else [])):
+        if not isinstance(record[name], bool):
+            return f"field {name!r} is {record[name]!r}, expected true or false"
+    reward = record["reward"]
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+        return f"field 'reward' is {reward!r}, expected a number"
     return None
 
 

@@ -141,7 +141,7 @@ def _example_from_row(row: Any, index: int, name: str, path: Path) -> QAExample:
     question = row.get("question")
     if question is None:
         question = _question_from_prompt(row.get("prompt"))
-    answers = _answers_from_row(row)
+    answers = _answers_from_row(row, f"{path} row {index}")
     if not isinstance(question, str) or not question.strip():
         raise DataFormatError(f"{path} row {index}: missing 'question'")
     if not answers:
@@ -154,20 +154,33 @@ def _example_from_row(row: Any, index: int, name: str, path: Path) -> QAExample:
                      question=question.strip(), golden_answers=answers, dataset=dataset)
 
 
-def _answers_from_row(row: dict[str, Any]) -> tuple[str, ...]:
+def _answers_from_row(row: dict[str, Any], where: str) -> tuple[str, ...]:
     for key in ("golden_answers", "answer", "answers"):
         if row.get(key) is not None:
-            return _as_answers(row[key])
+            return _as_answers(row[key], f"{where}: {key!r}")
     target = (((row.get("reward_model") or {}).get("ground_truth")) or {})
     if isinstance(target, dict) and target.get("target") is not None:
-        return _as_answers(target["target"])
+        return _as_answers(target["target"], f"{where}: 'reward_model.ground_truth.target'")
     return ()
 
 
-def _as_answers(value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):
-        return (value,)
-    return tuple(str(item) for item in value if str(item).strip())
+def _as_answers(value: Any, where: str) -> tuple[str, ...]:
+    """A string, or a list of strings (numbers are read as their text); anything else — a
+    mapping, a null item, a nested list — is a DataFormatError, not a silently wrong answer."""
+    def text(item: Any) -> str:
+        if isinstance(item, str):
+            return item
+        if isinstance(item, (int, float)) and not isinstance(item, bool):
+            return str(item)
+        raise DataFormatError(f"{where} has an answer {item!r} ({type(item).__name__}); "
+                              "expected a string or a list of strings")
+
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return (text(value),)
+    if isinstance(value, dict) or not hasattr(value, "__iter__"):
+        raise DataFormatError(f"{where} is {type(value).__name__}; expected a string or a list "
+                              "of strings")
+    return tuple(answer for answer in map(text, value) if answer.strip())
 
 
 def _question_from_prompt(prompt: Any) -> str | None:
