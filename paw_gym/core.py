@@ -78,7 +78,7 @@ class TextEnv(gym.Env[str, str]):
     implement :meth:`_reset` and :meth:`_step`. The base class handles seeding
     (``self.np_random`` is reset by ``reset(seed=...)``, so the same seed gives the same
     episode), fills in missing ``info`` keys, and turns an action outside the action space into
-    an invalid no-op instead of an exception.
+    the env's answer to an invalid action (its ``_step("")``) instead of an exception.
 
     Observation space: :class:`TextSpace` up to :data:`MAX_OBSERVATION_LENGTH` characters.
     Action space: :class:`TextSpace` up to :data:`MAX_ACTION_LENGTH` characters.
@@ -107,7 +107,8 @@ class TextEnv(gym.Env[str, str]):
         """Apply a valid-typed action; return ``(observation, reward, terminated, info)``.
 
         An action the env cannot execute must leave the state unchanged and return
-        ``info["invalid_action"] = True`` (never raise).
+        ``info["invalid_action"] = True`` (never raise); the empty action ``""`` is one (the
+        base class answers non-text and over-long actions with ``_step("")``).
         """
         raise NotImplementedError
 
@@ -121,9 +122,13 @@ class TextEnv(gym.Env[str, str]):
 
     def step(self, action: str):
         if not isinstance(action, str) or not self.action_space.contains(action):
-            info = self._complete_info({**self._carry_info(), "invalid_action": True})
-            return self._last_observation, 0.0, False, False, info
-        observation, reward, terminated, info = self._step(action)
+            # Not text, or longer than the action space allows: answered as the env answers
+            # any action it cannot execute (ALFWorld's "Nothing happens.", search QA's
+            # correction). The empty action is never executable, in every PaW env.
+            observation, reward, terminated, info = self._step("")
+            info = {**info, "invalid_action": True}
+        else:
+            observation, reward, terminated, info = self._step(action)
         info = self._complete_info({**self._carry_info(), **info})
         self._last_observation, self._last_info = observation, info
         return observation, float(reward), bool(terminated), False, info

@@ -93,3 +93,20 @@ def test_render_modes():
     assert env.render() == observation
     with pytest.raises(ValueError, match="render_mode"):
         GuessNumberEnv(render_mode="rgb_array")
+
+
+@pytest.mark.parametrize("env_id", ["PaW/Shelf-v0", "PaW/WebShop-v0", "PaW/SearchQA-v0",
+                                    "PaW/FrozenLake-v0", "PaW/Sokoban-v0", "PaW/ALFWorld-v0"])
+def test_non_text_and_over_long_actions_get_the_envs_own_invalid_answer(env_id):
+    from paw_gym import MAX_ACTION_LENGTH
+
+    kwargs = {"progress": False} if env_id == "PaW/ALFWorld-v0" else {}
+    answers = []
+    for action in ("", None, 42, "x" * (MAX_ACTION_LENGTH + 1)):
+        env = gym.make(env_id, **kwargs)
+        env.reset(seed=0)
+        observation, reward, terminated, _, info = env.step(action)
+        assert info["invalid_action"] and not terminated
+        answers.append(observation)
+    # ALFWorld answers "Nothing happens.", search QA its correction: not the previous page.
+    assert answers[1:] == [answers[0]] * 3

@@ -107,11 +107,12 @@ def test_invalid_turns_get_the_correction_message_and_change_nothing(action):
     assert env.history == [] and info["task_description"] == question
 
 
-def test_non_string_action_is_an_invalid_no_op():
+def test_non_string_action_gets_the_invalid_action_correction():
     env = SearchQAEnv()
-    question, _ = env.reset(seed=2)
+    env.reset(seed=2)
     observation, reward, terminated, _, info = env.step(None)  # type: ignore[arg-type]
-    assert (observation, reward, terminated, info["invalid_action"]) == (question, 0.0, False, True)
+    assert (observation, reward, terminated, info["invalid_action"]) == (
+        INVALID_ACTION_MESSAGE, 0.0, False, True)
 
 
 def test_search_then_answer():
