@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -116,15 +117,53 @@ def test_translations_cached_on_disk_replay_games_identically(tmp_path, monkeypa
 
     with cache_env(tmp_path):
         first = [play(game) for game in games]
-        entries = sorted(engine_module.translation_cache_dir().glob("*.pkl.z"))
+        entries = sorted(engine_module.translation_cache_dir().glob("*.sas.z"))
         assert len(translations) == 2 and len(entries) == 2
         assert [play(game) for game in games] == first  # from disk: no new translation
         assert len(translations) == 2 and all(won for _, won in first)
-        for entry in entries:
-            entry.write_bytes(b"not a pickle")  # damaged entries are translated again
-        assert [play(game) for game in games] == first
+        entries[0].write_bytes(b"damaged")  # not zlib
+        entries[1].write_bytes(zlib.compress(b"\xff\xfe not text"))  # not UTF-8
+        assert [play(game) for game in games] == first  # both translated again
         assert len(translations) == 4
         assert not list(engine_module.translation_cache_dir().glob("*.tmp"))
+
+
+class _Planted:
+    """Unpickling this writes a marker file: what a planted cache entry could run."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "code ran"))
+
+
+def test_a_planted_cache_entry_runs_nothing_and_a_shared_cache_dir_is_refused(tmp_path):
+    import pickle
+
+    from paw_gym.alfworld import engine as engine_module
+
+    _, root = shared_cache()
+    game = _games(root)[0]
+    marker = tmp_path / "marker"
+    with cache_env(tmp_path / "cache"):
+        engine = engine_module.ALFWorldEngine(cache_size=1)
+        engine.reset(game)
+        engine.close()
+        folder = engine_module.translation_cache_dir()
+        (entry,) = folder.glob("*.sas.z")
+        # An attacker's pickle, compressed like an entry: read as data, it is a cache miss.
+        entry.write_bytes(zlib.compress(pickle.dumps(_Planted(marker))))
+        engine = engine_module.ALFWorldEngine(cache_size=1)
+        assert engine.reset(game)
+        engine.close()
+        assert not marker.exists()
+        folder.chmod(0o777)  # others could plant entries that decide how games behave
+        engine = engine_module.ALFWorldEngine(cache_size=1)
+        with pytest.raises(PermissionError, match=r"mode 777; it must be yours with mode 700"):
+            engine.reset(game)
+        engine.close()
+        folder.chmod(0o700)
 
 
 def test_sampled_tasks_follow_object_rules_and_never_start_won():

@@ -24,7 +24,6 @@ import copy
 import hashlib
 import json
 import os
-import pickle
 import re
 import sys
 import tempfile
@@ -118,6 +117,27 @@ def _translate(domain: str, problem: str):
         sys.argv[:] = saved
 
 
+def _parse_task(domain: str, problem: str):
+    """The parsed, normalised PDDL task that ``pddl2sas`` also returns (a few ms; the SAS
+    translation it skips is ~20x that)."""
+    import io
+    from contextlib import redirect_stdout
+
+    saved = list(sys.argv)
+    sys.argv = ["translate.py", "domain", "task"]  # what fast-downward's options module parses
+    try:
+        from fast_downward.translate import normalize
+        from fast_downward.translate.pddl_parser import lisp_parser, parsing_functions
+
+        with redirect_stdout(io.StringIO()):
+            task = parsing_functions.parse_task(lisp_parser.parse_nested_list(domain.split("\n")),
+                                                lisp_parser.parse_nested_list(problem.split("\n")))
+            normalize.normalize(task)
+        return task
+    finally:
+        sys.argv[:] = saved
+
+
 @lru_cache(maxsize=None)
 def _translator_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
@@ -135,27 +155,44 @@ def translation_cache_dir() -> Path:
     return cache_root() / "sas"
 
 
+def _check_cache_dir(folder: Path) -> None:
+    """The translation cache must be this user's alone (mode 0700): entries there decide how a
+    game behaves, so a folder others can write is refused."""
+    info = folder.stat()
+    if info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise PermissionError(
+            f"ALFWorld translation cache {str(folder)!r} is owned by uid {info.st_uid} with mode "
+            f"{info.st_mode & 0o777:o}; it must be yours with mode 700 (chmod 700 it, or point "
+            "$PAW_GYM_CACHE at a folder of your own)")
+
+
 def _translate_cached(domain: str, problem: str):
     """:func:`_translate` through an on-disk cache keyed by the PDDL text and the translator
-    version. A missing, unreadable or corrupt entry is translated again and rewritten; entries
-    are written to a temporary file and renamed, so parallel workers never read half a file.
-    The entries are pickles this package wrote itself, in a folder it creates for its user only."""
+    version. An entry is the SAS text only (zlib-compressed UTF-8: plain data, nothing in it
+    runs); the PDDL task is parsed again on load. A missing, unreadable or corrupt entry is
+    translated again and rewritten; entries are written to a temporary file and renamed, so
+    parallel workers never read half a file."""
     key = hashlib.sha256("\0".join((_translator_version(), domain, problem)).encode()).hexdigest()
-    path = translation_cache_dir() / f"{key}.pkl.z"
-    try:
-        return pickle.loads(zlib.decompress(path.read_bytes()))
-    except FileNotFoundError:
-        pass
-    except Exception:  # noqa: BLE001 - a damaged entry is only a cache miss
-        path.unlink(missing_ok=True)
+    folder = translation_cache_dir()
+    path = folder / f"{key}.sas.z"
+    if folder.is_dir():
+        _check_cache_dir(folder)
+        try:
+            sas_text = zlib.decompress(path.read_bytes()).decode("utf-8")
+            if sas_text.startswith("begin_version"):
+                return _parse_task(domain, problem), sas_text
+            path.unlink(missing_ok=True)  # not a SAS task: a cache miss
+        except FileNotFoundError:
+            pass
+        except (OSError, zlib.error, UnicodeDecodeError):  # a damaged entry is a cache miss
+            path.unlink(missing_ok=True)
     translated = _translate(domain, problem)
     temporary = None
     try:
-        # Only this user may write entries that this process will unpickle.
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        # zlib level 1: ~15 kB instead of ~140 kB per game, 0.3 ms to decompress
-        data = zlib.compress(pickle.dumps(translated, protocol=pickle.HIGHEST_PROTOCOL), 1)
-        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as handle:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # zlib level 1: a few kB per game, well under a millisecond to decompress
+        data = zlib.compress(translated[1].encode("utf-8"), 1)
+        with tempfile.NamedTemporaryFile(dir=folder, suffix=".tmp", delete=False) as handle:
             temporary = Path(handle.name)
             handle.write(data)
         os.replace(temporary, path)
