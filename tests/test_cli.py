@@ -45,3 +45,16 @@ def test_play_user_errors_are_one_line(capsys):
 def test_help_without_subcommand():
     result = subprocess.run([sys.executable, "-m", "training.cli"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "usage: paw-gym" in result.stdout
+
+
+@pytest.mark.parametrize("command", [
+    ["eval", "--env", "Test/GuessNumber-v0", "--agent", "expert", "--episodes", "2", "--out"],
+    ["sft", "--model", "no-model", "--record-env", "Test/GuessNumber-v0", "--output_dir"],
+])
+def test_an_unwritable_output_folder_fails_before_any_work(tmp_path, capsys, command):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("in the way")
+    assert main([*command, str(blocker / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"{str(blocker / 'out')!r} is not writable" in err
+    assert not (tmp_path / "runs").exists()

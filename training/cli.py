@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
 
 #: Modules that define subcommands, in the order ``paw-gym --help`` lists them.
 COMMAND_MODULES = [
@@ -61,6 +62,20 @@ def main(argv: list[str] | None = None) -> int:
 
 class UserError(Exception):
     """A mistake in what the user asked for: printed as one line, no traceback."""
+
+
+def require_writable(folder: str | Path, flag: str) -> None:
+    """Fail before any work when ``folder`` cannot be created or written (a read-only disk, a
+    file in the way), instead of after an evaluation or a training run."""
+    import tempfile
+
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise UserError(f"{flag} {str(folder)!r} is not writable ({error.strerror or error}); "
+                        "choose a folder you can write") from error
 
 
 def config_from_args(args, cls):

@@ -50,11 +50,12 @@ def build_agent(args):
 
 
 def run(args) -> int:
-    from training.cli import UserError
+    from training.cli import UserError, require_writable
     from training.evaluate import evaluate, to_markdown, write_tables
 
     if args.episodes < 1:
         raise UserError(f"--episodes must be >= 1, got {args.episodes}")
+    require_writable(args.out, "--out")
     try:
         agent = build_agent(args)
     except (ValueError, FileNotFoundError, OSError) as error:

@@ -21,10 +21,13 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from training.cli import UserError, config_from_args
+    from training.cli import UserError, config_from_args, require_writable
     from training.sft import SFTConfig, record_expert_demos, run_sft
 
     config = config_from_args(args, SFTConfig)
+    require_writable(config.output_dir, "--output_dir")
+    if args.record_env:
+        require_writable(config.replay, "--replay")
     if args.record_env:
         extra = {"split": args.split} if args.split else {}
         path = record_expert_demos(args.record_env, args.episodes, config.replay,

@@ -19,7 +19,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from training.cli import UserError, config_from_args
+    from training.cli import UserError, config_from_args, require_writable
     from training.config import TrainConfig
 
     config = config_from_args(args, TrainConfig)
@@ -30,6 +30,7 @@ def run(args) -> int:
         check_output_dir(config.output_dir, bool(resume), config.overwrite_output_dir)
     except FileExistsError as error:
         raise UserError(str(error)) from error
+    require_writable(config.output_dir, "--output_dir")
     from training.trainer import PaWTrainer  # torch: only once the config is known to be valid
 
     try:
