@@ -98,6 +98,23 @@ def test_parquet_parts_and_pending_segment(tmp_path):
     assert len(WMReplay.load(tmp_path / "pq")) == 8
 
 
+def test_orphan_parquet_temporaries_of_dead_writers_are_removed_on_load(tmp_path):
+    import socket
+
+    folder = tmp_path / "pq"
+    folder.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])  # a writer that has exited
+    dead.wait()
+    host = socket.gethostname()
+    names = {"dead": f"transitions-{host}-{dead.pid}-0123abcd-part00000.parquet.tmp",
+             "alive": f"transitions-{host}-{os.getpid()}-0123abcd-part00000.parquet.tmp",
+             "elsewhere": f"transitions-other-host-{dead.pid}-0123abcd-part00000.parquet.tmp"}
+    for name in names.values():
+        (folder / name).write_bytes(b"half a parquet file")
+    assert len(WMReplay.load(folder)) == 0
+    assert sorted(p.name for p in folder.iterdir()) == sorted([names["alive"], names["elsewhere"]])
+
+
 def test_malformed_records_are_reported_not_dropped(tmp_path):
     replay = WMReplay(tmp_path / "bad")
     play(recorded_env(replay), 3, [1, 3])

@@ -187,6 +187,8 @@ class WMReplay:
         root = Path(path)
         if not root.exists():
             raise FileNotFoundError(f"no replay at {root}")
+        if root.is_dir():
+            _remove_orphan_parquet_files(root)
         files = [root] if root.is_file() else sorted(root.glob("*.jsonl")) + sorted(root.glob("*.parquet"))
         replay = cls()
         for file in files:
@@ -259,6 +261,29 @@ class WMReplay:
         view = WMReplay()
         view.records = list(records)
         return view
+
+
+def _remove_orphan_parquet_files(folder: Path) -> None:
+    """Delete ``*.parquet.tmp`` files a killed writer left behind. Their rows are still in the
+    part's ``.pending.jsonl`` (removed only after the rename), so nothing is lost; a file of a
+    writer still running on this host, or written on another host, is left alone."""
+    host = socket.gethostname()
+    for tmp in folder.glob("transitions-*.parquet.tmp"):
+        shard = tmp.name[len("transitions-"):-len(".parquet.tmp")]
+        writer_host, pid, _, _ = (shard.rsplit("-", 3) + ["", "", "", ""])[:4]
+        if writer_host != host or not pid.isdigit() or _alive(int(pid)):
+            continue
+        tmp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
 
 
 def _encode(record: dict[str, Any]) -> bytes:
