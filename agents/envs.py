@@ -90,6 +90,29 @@ def make_agent_env(env_id: str, /, *, template: str | None = None,
                        invalid_penalty=settings.invalid_penalty)
 
 
+def check_env_settings(env_id: str, env_kwargs: dict[str, Any] | None = None) -> None:
+    """Raise ``ValueError`` for an unknown env id, or for ``env_kwargs`` keys its constructor
+    does not take, without building the env (it can be expensive: a catalog, a game set)."""
+    import inspect
+
+    import paw_gym  # noqa: F401  (registers the built-in ids)
+
+    if env_id not in gym.registry:
+        raise ValueError(f"unknown env id {env_id!r}; registered text envs include "
+                         f"{sorted(k for k in gym.registry if '/' in k)[:20]}")
+    entry_point = gym.spec(env_id).entry_point
+    if isinstance(entry_point, str):
+        entry_point = gym.envs.registration.load_env_creator(entry_point)
+    parameters = inspect.signature(entry_point).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return
+    accepted = [p.name for p in parameters if p.name not in ("self", "render_mode")]
+    unknown = sorted(set(env_kwargs or {}) - set(accepted))
+    if unknown:
+        raise ValueError(f"env_kwargs {unknown} are not arguments of {env_id}; it accepts "
+                         f"{accepted}")
+
+
 #: An env id (wrapped by :func:`make_agent_env`) or a factory returning a prompt env.
 EnvSource = str | Callable[[], gym.Env]
 

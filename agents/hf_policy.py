@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -10,6 +12,38 @@ import torch
 from agents.chat import ChatEncoder, check_sampling_args
 from agents.sampling import DEFAULT_STOP, SamplingBatch, token_statistics
 from agents.types import PolicyOutput
+
+
+#: A hub id: ``name`` or ``namespace/name`` of letters, digits, ``-``, ``_`` and ``.``.
+_HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
+
+
+def check_model_source(model: str | Path) -> str:
+    """``model`` as given, once it is a model folder (with a ``config.json``) or could be a hub
+    id; otherwise one clear error, before transformers tries (and retries) the hub.
+
+    A name that does not exist locally but looks like a path (absolute, ``./``, ``~``, more than
+    one ``/``, or under a folder that exists here, such as ``runs/x``) is a missing folder.
+    """
+    source = str(model)
+    path = Path(source).expanduser()
+    if not source.strip():
+        raise ValueError("model is empty; give a hub name such as Qwen/Qwen2.5-1.5B-Instruct or "
+                         "a model folder")
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"model folder {source!r} has no config.json (is it a "
+                                    "saved Hugging Face model?)")
+        return source
+    first = Path(source).parts[0] if Path(source).parts else ""
+    looks_local = (source.startswith((".", "/", "~")) or source.count("/") > 1
+                   or (first and Path(first).is_dir()))
+    if looks_local:
+        raise FileNotFoundError(f"model folder {source!r} does not exist")
+    if not _HUB_ID.fullmatch(source):
+        raise ValueError(f"model {source!r} is neither a folder nor a hub id "
+                         "(namespace/name, e.g. Qwen/Qwen2.5-1.5B-Instruct)")
+    return source
 
 
 class HFPolicy:
@@ -89,7 +123,7 @@ class HFPolicy:
             kwargs: dict[str, Any] = {"dtype": dtype}
             if attn_implementation:
                 kwargs["attn_implementation"] = attn_implementation
-            source = str(model)
+            source = check_model_source(model)
             model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
             tokenizer = tokenizer if tokenizer is not None else source
         elif tokenizer is None:

@@ -190,3 +190,22 @@ def test_trainer_can_wrap_the_model_in_place(tiny_model_dir):
     assert policy.model.training  # act samples in eval mode and restores the mode
     logprobs, _, _ = teacher_forced(policy, out[0], 1.0)
     torch.testing.assert_close(torch.tensor(out[0].logprobs), logprobs, atol=1e-4, rtol=0)
+
+
+def test_model_sources_are_checked_before_any_download(tmp_path, monkeypatch):
+    from agents.hf_policy import check_model_source
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "empty").mkdir()
+    for bad, message in [("", "model is empty"),
+                         ("runs/no-model", "model folder 'runs/no-model' does not exist"),
+                         (str(tmp_path / "nope"), "does not exist"),
+                         ("./x", "does not exist"),
+                         ("empty", "has no config.json"),
+                         ("bad name!", "neither a folder nor a hub id")]:
+        with pytest.raises((ValueError, FileNotFoundError), match=message):
+            check_model_source(bad)
+    assert check_model_source("Qwen/Qwen2.5-1.5B-Instruct") == "Qwen/Qwen2.5-1.5B-Instruct"
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        HFPolicy("runs/no-model", device="cpu")  # the loader checks first, no hub retries

@@ -233,3 +233,16 @@ def test_closing_and_reopening_envs_reuses_planner_libraries(root):
         env.close()
     assert len(libraries) == 1
     assert len(engine_module._FREE_LIBRARIES) >= 1
+
+
+def test_a_game_with_bad_pddl_fails_when_the_games_are_listed(tmp_path):
+    game = {"pddl_domain": "(define (domain x) (:predicates (p ?x)", "pddl_problem": "(x)",
+            "grammar": "{}", "walkthrough": [], "solvable": True}
+    trial = tmp_path / "json_2.1.1" / "train" / "pick_and_place_simple-x" / "trial-1"
+    trial.mkdir(parents=True)
+    (trial / "game.tw-pddl").write_text(json.dumps(game))
+    (trial / "traj_data.json").write_text(json.dumps({"task_type": "pick_and_place_simple",
+                                                       "pddl_params": {}}))
+    with pytest.raises(ValueError, match=r"game.tw-pddl: 'pddl_domain' is not valid PDDL "
+                                         r"\(unbalanced parentheses\)"):
+        gym.make("PaW/ALFWorld-v0", data_dir=str(tmp_path), progress=False)

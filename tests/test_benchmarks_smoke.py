@@ -62,3 +62,18 @@ def test_report_aggregates_seeds_per_task_type():
     assert cells[3] == "50.0 ± 0.0"
     assert cells[5] == mean_std([0.0, 10.0], 2) == f"5.00 ± {math.sqrt(50):.2f}"  # eval return
     assert cells[-1] == "2.00"
+
+
+def test_bad_inputs_harness_classifies_real_cases():
+    from benchmarks.bad_inputs import main
+
+    result = main(["--only", "env"])  # the play/train env cases: seconds, no model training
+    assert result["counts"]["clear"] == len(result["rows"]) >= 4, result["rows"]
+
+
+@pytest.mark.slow
+def test_no_bad_input_ends_in_a_traceback_or_is_silently_accepted():
+    from benchmarks.bad_inputs import main
+
+    counts = main(["--out", "/tmp/paw-gym-bad-inputs"])["counts"]
+    assert counts["traceback"] == counts["accepted"] == counts["unclear"] == 0, counts

@@ -94,6 +94,14 @@ def test_load_qa_errors_name_the_problem(tmp_path, content, message):
         load_qa(path)
 
 
+def test_corpus_rows_must_be_objects(tmp_path):
+    path = tmp_path / "corpus.jsonl"
+    path.write_text('{"id": "1", "contents": "ok"}\n["2", "a list"]\n')
+    with pytest.raises(DataFormatError, match="row 1: a corpus row must be an object with 'id' "
+                                              "and 'contents', got list"):
+        load_corpus(path)
+
+
 def test_numeric_answers_are_read_as_text(tmp_path):
     path = tmp_path / "years.json"
     path.write_text('[{"question": "When?", "answer": [1945, "in 1945"]}]')

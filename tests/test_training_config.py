@@ -57,6 +57,10 @@ def test_every_field_has_a_docstring():
     ({"save_every": -1}, "save_every=-1"),
     ({"total_steps": 0}, "total_steps=0"),
     ({"keep_checkpoints": 0}, "keep_checkpoints=0"),
+    ({"device": "gpu"}, "device='gpu' is invalid; expected cpu, cuda, cuda:N, mps"),
+    ({"lr": -1}, "lr=-1 is invalid; expected a learning rate >= 0"),
+    ({"critic_lr": -0.5}, "critic_lr=-0.5"),
+    ({"history_length": -1}, "history_length=-1"),
 ])
 def test_bad_values_are_named(values, message):
     with pytest.raises(ValueError, match=message):
@@ -123,6 +127,13 @@ def test_unset_variables_anywhere_are_named(monkeypatch, tmp_path):
     monkeypatch.delenv("NOPE_VAR", raising=False)
     with pytest.raises(ValueError, match=r"cfg.a\[1\] uses \$\{NOPE_VAR\}, which is not set"):
         expand_variables({"a": ["ok", "${NOPE_VAR}"]}, "cfg")
+
+
+def test_a_yaml_syntax_error_names_the_file_and_line(tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("lr: 1e-3\nmodel: [unclosed\n")
+    with pytest.raises(ValueError, match=r"bad.yaml: not valid YAML at line 3"):
+        load_config(config)
 
 
 def test_missing_config_file_is_named(tmp_path):

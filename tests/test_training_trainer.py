@@ -277,3 +277,37 @@ def test_paw_gym_train_refuses_before_loading_anything(tiny_model_dir, tmp_path,
                  "Test/GuessNumber-v0", "--output_dir", str(out), "--device", "cpu"]) == 2
     assert "already holds a training run (metrics.jsonl)" in capsys.readouterr().err
     assert (out / "metrics.jsonl").read_text() == '{"step": 7}\n'
+
+
+def test_resume_falls_back_past_a_damaged_newest_checkpoint(tiny_model_dir, tmp_path):
+    from training.checkpoint import CheckpointError
+
+    config = _config(tiny_model_dir, tmp_path, total_steps=2, save_every=1, keep_checkpoints=2)
+    PaWTrainer(config).train()
+    out = tmp_path / "run"
+    newest = latest_checkpoint(out)
+    (newest / "state.json").write_text('{"step": 2, "sched')  # a torn write
+    resumed = PaWTrainer(_config(tiny_model_dir, tmp_path, total_steps=3, save_every=1,
+                                 keep_checkpoints=2))
+    with pytest.warns(RuntimeWarning, match=r"step-000002/state.json is damaged .*resuming "
+                                            r"from step-000001"):
+        history = resumed.train(resume=True)
+    assert [h["step"] for h in history] == [2, 3]
+    weights = next((latest_checkpoint(out) / "model").glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(CheckpointError, match=r"safetensors is damaged"):
+        PaWTrainer(_config(tiny_model_dir, tmp_path, total_steps=4)).train(
+            resume=latest_checkpoint(out))
+    saved = json.loads((latest_checkpoint(out) / "state.json").read_text())
+    assert saved["step"] == 3 and not list(latest_checkpoint(out).glob("*.tmp"))
+
+
+def test_settings_mistakes_surface_before_the_model_loads(tmp_path):
+    for kwargs, message in [({"env_id": "PaW/Nope-v0"}, "unknown env id 'PaW/Nope-v0'"),
+                            ({"env_kwargs": {"colour": "red"}},
+                             r"env_kwargs \['colour'\] are not arguments of PaW/Shelf-v0; it "
+                             r"accepts \['split', 'shelf_sizes'\]")]:
+        config = TrainConfig(**{"model": str(tmp_path / "never-loaded"),
+                                "env_id": "PaW/Shelf-v0", **kwargs})
+        with pytest.raises(ValueError, match=message):
+            PaWTrainer(config)

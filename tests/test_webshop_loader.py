@@ -77,3 +77,11 @@ def test_bad_files_give_clear_errors(tmp_path):
         load_official_products(tmp_path)
     with pytest.raises(ValueError, match="goal_source"):
         WebShopEnv(data_dir=tmp_path, goal_source="robot")
+    (tmp_path / "items_shuffle.json").write_text('[{"asin": "B0000000AA"}, "not an item"]')
+    with pytest.raises(ValueError, match=r"items_shuffle.json item 1 is str, expected a "
+                                         r"product object"):
+        load_official_products(tmp_path)
+    (tmp_path / "items_shuffle.json").write_text("[]")
+    (tmp_path / "items_ins_v2.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="items_ins_v2.json must hold a JSON object keyed by ASIN"):
+        load_official_products(tmp_path)

@@ -13,6 +13,7 @@ Layout of ``<output_dir>/checkpoints/step-000010/``:
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 from pathlib import Path
@@ -27,6 +28,57 @@ STEP_PREFIX = "step-"
 
 def checkpoint_dir(output_dir: str | Path, step: int) -> Path:
     return Path(output_dir) / "checkpoints" / f"{STEP_PREFIX}{step:06d}"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is damaged (the message names it)."""
+
+
+def checkpoints_newest_first(output_dir: str | Path) -> list[Path]:
+    """The complete checkpoints (with a ``state.json``) under ``output_dir``, newest first."""
+    root = Path(output_dir) / "checkpoints"
+    return sorted((p for p in root.glob(f"{STEP_PREFIX}*") if (p / "state.json").is_file()),
+                  reverse=True)
+
+
+def verify_checkpoint(path: str | Path) -> dict[str, Any]:
+    """The checkpoint's state, once its ``state.json`` parses and every safetensors file in it
+    has an intact header covering its data; a damaged file is a :class:`CheckpointError`
+    naming it."""
+    path = Path(path)
+    state_file = path / "state.json"
+    if not state_file.is_file():
+        raise FileNotFoundError(f"{path} is not a complete checkpoint (no state.json)")
+    try:
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"{state_file} is damaged (not valid JSON: {error})") from None
+    if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+        raise CheckpointError(f"{state_file} is damaged (no integer 'step')")
+    check_safetensors(path.rglob("*.safetensors"))
+    return state
+
+
+def check_safetensors(files) -> None:
+    """A safetensors file whose header is damaged or does not cover its data (empty,
+    truncated, garbage) is a :class:`CheckpointError` naming it (the loaders would fail with
+    a bare ``StopIteration`` or a header error)."""
+    from safetensors import SafetensorError, safe_open
+
+    for tensors in sorted(files):
+        try:
+            with safe_open(str(tensors), "pt") as handle:
+                handle.keys()
+        except (SafetensorError, OSError) as error:
+            raise CheckpointError(f"{tensors} is damaged ({error})") from None
+
+
+def write_json_atomically(path: Path, payload: Any) -> None:
+    """Write JSON to a temporary file and rename it into place: a kill leaves the old file or
+    the new one, never half of one."""
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(payload), encoding="utf-8")
+    os.replace(temporary, path)
 
 
 def latest_checkpoint(output_dir: str | Path) -> Path | None:

@@ -227,6 +227,13 @@ class TrainConfig:
                 raise bad(name, "an integer >= 1")
         if self.r_max <= 0:
             raise bad("r_max", "a positive number")
+        if self.device is not None and not _DEVICE.fullmatch(self.device):
+            raise bad("device", "cpu, cuda, cuda:N, mps or none (CUDA when available)")
+        for name in ("lr", "critic_lr"):
+            if not getattr(self, name) >= 0:  # 0 freezes the weights (benchmarks/overhead.py)
+                raise bad(name, "a learning rate >= 0")
+        if self.history_length is not None and self.history_length < 0:
+            raise bad("history_length", "an integer >= 0 or none (the whole history)")
         if self.total_steps < 1:
             raise bad("total_steps", "an integer >= 1 (the number of RL updates)")
         if self.save_every < 0:
@@ -243,6 +250,7 @@ class TrainConfig:
             raise bad("entropy_coef", "a number >= 0")
 
 
+_DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps|xpu(:\d+)?")
 _SCALARS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 
 
@@ -367,7 +375,13 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"config file {str(path)!r} does not exist")
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+            raise ValueError(f"{path}: not valid YAML{where} ({problem})") from None
         if not isinstance(loaded, dict):
             raise ValueError(f"{path}: expected a mapping of field: value, got {type(loaded).__name__}")
         values.update({k: expand_variables(v, f"{path}: {k}") for k, v in loaded.items()})

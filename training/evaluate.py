@@ -118,14 +118,17 @@ def load_policy(model: str | None = None, checkpoint: str | Path | None = None,
         if model is None:
             raise ValueError("give --model or --checkpoint")
         return HFPolicy(model, device=device, seed=seed)
+    from training.checkpoint import check_safetensors, verify_checkpoint
+
     path = Path(checkpoint)
     if (path / "model").is_dir():
-        state = path / "state.json"
-        if model is None and state.is_file():
-            model = json.loads(state.read_text(encoding="utf-8"))["config"]["model"]
+        if (path / "state.json").is_file():  # a trainer checkpoint: check every file first
+            state = verify_checkpoint(path)
+            model = model or state.get("config", {}).get("model")
         path = path / "model"
     if not path.is_dir():
         raise FileNotFoundError(f"checkpoint {str(checkpoint)!r} is not a directory")
+    check_safetensors(path.glob("*.safetensors"))
     if is_adapter_dir(path):
         if model is None:
             adapter = json.loads((path / "adapter_config.json").read_text(encoding="utf-8"))

@@ -53,6 +53,10 @@ class PaWTrainer:
 
     def __init__(self, config: TrainConfig, policy=None, collect: Collector | None = None):
         self.config = config
+        if collect is None:  # settings mistakes surface before the model loads
+            from agents.envs import check_env_settings
+
+            check_env_settings(config.env_id, config.env_kwargs)
         seed_everything(config.seed)
         self.policy = policy if policy is not None else build_policy(config)
         self.model = self.policy.model
@@ -115,10 +119,7 @@ class PaWTrainer:
             ckpt.remove_run(out)
         out.mkdir(parents=True, exist_ok=True)
         if resume:
-            path = ckpt.latest_checkpoint(out) if resume is True else Path(resume)
-            if path is None:
-                raise FileNotFoundError(f"--resume: no checkpoint under {out / 'checkpoints'}")
-            self.load_checkpoint(path)
+            self._resume(out, resume)
         save_config(config, out / "config.yaml")
         logger = MetricsLogger(out, tensorboard=config.tensorboard, wandb=config.wandb,
                                wandb_project=config.wandb_project, config=asdict(config),
@@ -365,17 +366,38 @@ class PaWTrainer:
                  "scheduler": self.scheduler.state_dict(), "rng": rng_meta,
                  "config": asdict(self.config)}
         # state.json last: its presence marks the checkpoint complete.
-        (path / "state.json").write_text(json.dumps(state), encoding="utf-8")
+        ckpt.write_json_atomically(path / "state.json", state)
         ckpt.prune(self.config.output_dir, self.config.keep_checkpoints)
         return path
 
+    def _resume(self, out: Path, resume: str | Path | bool) -> None:
+        """Load the given checkpoint, or (``resume=True``) the newest intact one in ``out``: a
+        damaged newest checkpoint (a kill while it was written, a bad disk) falls back to the
+        one before it, with a warning."""
+        if resume is not True:
+            self.load_checkpoint(resume)
+            return
+        candidates = ckpt.checkpoints_newest_first(out)
+        if not candidates:
+            raise FileNotFoundError(f"--resume: no checkpoint under {out / 'checkpoints'}")
+        for index, path in enumerate(candidates):
+            try:
+                self.load_checkpoint(path)
+                return
+            except ckpt.CheckpointError as error:
+                if index + 1 == len(candidates):
+                    raise ckpt.CheckpointError(f"--resume: no intact checkpoint under {out}; the "
+                                               f"oldest: {error}") from None
+                warnings.warn(f"{error}; resuming from {candidates[index + 1].name} instead",
+                              RuntimeWarning, stacklevel=3)
+
     def load_checkpoint(self, path: str | Path) -> None:
+        """Restore everything from ``path`` (checked first: a damaged file is a
+        ``CheckpointError`` naming it, raised before anything is loaded)."""
         from safetensors.torch import load_file
 
         path = Path(path)
-        if not (path / "state.json").is_file():
-            raise FileNotFoundError(f"{path} is not a complete checkpoint (no state.json)")
-        state = json.loads((path / "state.json").read_text(encoding="utf-8"))
+        state = ckpt.verify_checkpoint(path)
         ckpt.load_trainable_weights(self.model, path / "model")
         ckpt.load_optimizer(self.optimizer, path / "optimizer")
         self.scheduler.load_state_dict(state["scheduler"])

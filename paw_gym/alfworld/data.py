@@ -149,11 +149,41 @@ def list_games(folder: Path, task_types: tuple[str, ...] = TASK_TYPES) -> list[G
         task_id = trial.relative_to(folder).as_posix()
         if "movable" in task_id or "Sliced" in task_id or not game_file.exists():
             continue
-        traj = json.loads(traj_file.read_text(encoding="utf-8"))
+        traj = _read_json_object(traj_file)
         if traj.get("task_type") not in task_types:
             continue
-        with open(game_file, encoding="utf-8") as f:
-            if not json.load(f).get("solvable", False):
-                continue
+        game = _read_json_object(game_file)
+        if not game.get("solvable", False):
+            continue
+        _check_game(game_file, game)
         records.append(GameRecord(str(game_file), task_id, traj["task_type"], traj["pddl_params"]))
     return records
+
+
+def _read_json_object(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is not valid JSON ({error})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _check_game(path: Path, game: dict) -> None:
+    """A game whose PDDL cannot parse fails when the games are listed, naming the file, rather
+    than at the reset that happens to draw it."""
+    for key in ("pddl_domain", "pddl_problem", "grammar"):
+        if not isinstance(game.get(key), str) or not game[key].strip():
+            raise ValueError(f"{path}: {key!r} is missing or not text")
+    for key in ("pddl_domain", "pddl_problem"):
+        depth = 0
+        for line in game[key].splitlines():
+            for char in line.split(";", 1)[0]:  # ';' starts a PDDL comment
+                depth += {"(": 1, ")": -1}.get(char, 0)
+                if depth < 0:
+                    break
+            if depth < 0:
+                break
+        if depth != 0:
+            raise ValueError(f"{path}: {key!r} is not valid PDDL (unbalanced parentheses)")

@@ -199,6 +199,9 @@ def load_corpus(path: str | Path) -> list[Document]:
         raise FileNotFoundError(f"corpus file {str(path)!r} does not exist")
     documents = []
     for index, row in enumerate(_read_jsonl(path)):
+        if not isinstance(row, dict):
+            raise DataFormatError(f"{path} row {index}: a corpus row must be an object with "
+                                  f"'id' and 'contents', got {type(row).__name__}")
         contents = row.get("contents")
         if contents is None and "text" in row:
             contents = f"\"{row.get('title', '')}\"\n{row['text']}"

@@ -100,6 +100,13 @@ def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path | None:
     return path
 
 
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"malformed WebShop data file {str(path)!r}: {err}") from err
+
+
 def load_official_products(data_dir: str | os.PathLike,
                            num_products: int | None = None) -> tuple[list[Product], str]:
     """Products from WebShop's files in ``data_dir``; returns ``(products, source_text)``.
@@ -114,20 +121,22 @@ def load_official_products(data_dir: str | os.PathLike,
         raise FileNotFoundError(f"{str(data_dir)!r} must contain items_shuffle*.json and "
                                 f"items_ins_v2*.json (WebShop's data files); found "
                                 f"{sorted(p.name for p in data_dir.glob('*.json'))}")
-    try:
-        raw_items = json.loads(items_path.read_text(encoding="utf-8"))
-        labels = json.loads(labels_path.read_text(encoding="utf-8"))
-        human_path = data_dir / "items_human_ins.json"
-        human = (json.loads(human_path.read_text(encoding="utf-8"))
-                 if human_path.is_file() else {})
-    except json.JSONDecodeError as err:
-        raise ValueError(f"malformed WebShop data file in {str(data_dir)!r}: {err}") from err
+    human_path = data_dir / "items_human_ins.json"
+    raw_items, labels = _read_json(items_path), _read_json(labels_path)
+    human = _read_json(human_path) if human_path.is_file() else {}
     if not isinstance(raw_items, list):
         raise ValueError(f"{items_path} must hold a JSON list of products")
+    for path, mapping in ((labels_path, labels), (data_dir / "items_human_ins.json", human)):
+        if not isinstance(mapping, dict):
+            raise ValueError(f"{path} must hold a JSON object keyed by ASIN, got "
+                             f"{type(mapping).__name__}")
     if num_products is not None:
         raw_items = raw_items[:num_products]
     products, seen = [], set()
-    for raw in raw_items:
+    for index, raw in enumerate(raw_items):
+        if not isinstance(raw, dict):
+            raise ValueError(f"{items_path} item {index} is {type(raw).__name__}, expected a "
+                             "product object (asin, name, pricing, ...)")
         asin = raw.get("asin")
         if not isinstance(asin, str) or asin == "nan" or len(asin) > 10 or asin in seen:
             continue

@@ -19,23 +19,32 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
+    from pathlib import Path
+
     from training.cli import UserError, config_from_args, require_writable
     from training.config import TrainConfig
 
     config = config_from_args(args, TrainConfig)
-    from training.checkpoint import check_output_dir
+    from agents.envs import check_env_settings  # gymnasium, torch: once the config is valid
+    from agents.hf_policy import check_model_source
+    from training.checkpoint import CheckpointError, check_output_dir
 
     resume = True if args.resume == "latest" else args.resume
-    try:  # before the model loads: nothing is written or deleted yet
+    # Everything a user can get wrong, before the model loads and before any file is touched.
+    try:
         check_output_dir(config.output_dir, bool(resume), config.overwrite_output_dir)
-    except FileExistsError as error:
+        check_env_settings(config.env_id, config.env_kwargs)
+        check_model_source(config.model)
+        if config.init_checkpoint and not Path(config.init_checkpoint).is_dir():
+            raise FileNotFoundError(f"init_checkpoint {config.init_checkpoint!r} is not a folder")
+    except (ValueError, FileNotFoundError, FileExistsError) as error:
         raise UserError(str(error)) from error
     require_writable(config.output_dir, "--output_dir")
-    from training.trainer import PaWTrainer  # torch: only once the config is known to be valid
+    from training.trainer import PaWTrainer
 
     try:
         history = PaWTrainer(config).train(resume=resume)
-    except FileNotFoundError as error:
+    except (FileNotFoundError, CheckpointError) as error:
         raise UserError(str(error)) from error
     if history:
         last = history[-1]

@@ -1,0 +1,363 @@
+"""Bad inputs a user can give, and what paw-gym does with each: one clear error, a raw
+traceback, or silent acceptance.
+
+Each case runs the real entry point — a ``paw-gym`` command (in process, through
+``training.cli.main``) or the Python API a user calls — on a real bad file or value, and is
+classified:
+
+* **clear**: the command exits 2 with one error line on stderr, or the API raises ``ValueError`` /
+  ``FileNotFoundError`` / ``FileExistsError`` / ``PermissionError`` (or a documented subclass)
+  whose message contains the case's expected words (the file, row or field and what is accepted);
+  for ``--resume`` past a damaged checkpoint, success with a warning naming the damaged file;
+* **traceback**: any other exception escapes;
+* **accepted**: nothing complains.
+
+    python benchmarks/bad_inputs.py          # ~1 min; writes results/bad_inputs.md and .json
+
+The goal is 0 tracebacks and 0 accepted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import common as C  # noqa: E402
+
+CLEAR_ERRORS = (ValueError, FileNotFoundError, FileExistsError, PermissionError)
+
+
+@dataclass
+class Case:
+    area: str
+    name: str
+    run: Callable[[Path], Any]
+    """Does the bad thing in a scratch folder; returns a CLI exit code or None."""
+    expect: str
+    """Words the message must contain (case-insensitive)."""
+    fallback: bool = False
+    """Succeeding is right when a warning says what was wrong (``--resume`` past a damaged
+    checkpoint)."""
+
+
+def cli(*argv: str) -> Callable[[Path], int]:
+    def run(work: Path) -> int:
+        from training.cli import main
+
+        return main([a.replace("{work}", str(work)) for a in argv])
+    return run
+
+
+def write(name: str, text: str | bytes) -> Callable[[Path], Path]:
+    def make(work: Path) -> Path:
+        path = work / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(text if isinstance(text, bytes) else text.encode())
+        return path
+    return make
+
+
+def train_yaml(body: str) -> Callable[[Path], int]:
+    """``paw-gym train --config`` on a YAML file with ``body`` (plus a valid tiny base)."""
+    def run(work: Path) -> int:
+        from training.cli import main
+
+        config = write("config.yaml", body.replace("{work}", str(work)))(work)
+        return main(["train", "--config", str(config), "--output_dir", str(work / "run")])
+    return run
+
+
+def api(call: Callable[[Path], Any]) -> Callable[[Path], Any]:
+    return call
+
+
+def _tiny(work: Path) -> Path:
+    from agents.tiny_model import build_tiny_model
+
+    return build_tiny_model(["a tiny corpus for a tiny tokenizer"] * 20, work / "tiny", seed=0)
+
+
+def _checkpoint_with(work: Path, damage: Callable[[Path], None]) -> Path:
+    """A real 1-step run's output dir, then ``damage`` applied to its latest checkpoint."""
+    from training.checkpoint import latest_checkpoint
+    from training.config import TrainConfig
+    from training.trainer import PaWTrainer
+
+    model = _tiny(work)
+    out = work / "run"
+    PaWTrainer(TrainConfig(model=str(model), env_id="PaW/Shelf-v0", n_groups=1, group_size=2,
+                           max_new_tokens=4, max_episode_steps=2, total_steps=2, save_every=1,
+                           output_dir=str(out), device="cpu", progress=False)).train()
+    damage(latest_checkpoint(out))
+    return out
+
+
+def _resume(damage: Callable[[Path], None]) -> Callable[[Path], int]:
+    def run(work: Path) -> int:
+        from training.cli import main
+
+        out = _checkpoint_with(work, damage)
+        return main(["train", "--config", str(out / "config.yaml"), "--total_steps", "3",
+                     "--resume"])
+    return run
+
+
+def _resume_explicit(damage: Callable[[Path], None]) -> Callable[[Path], int]:
+    def run(work: Path) -> int:
+        from training.checkpoint import latest_checkpoint
+        from training.cli import main
+
+        out = _checkpoint_with(work, damage)
+        return main(["train", "--config", str(out / "config.yaml"), "--total_steps", "3",
+                     "--resume", str(latest_checkpoint(out))])
+    return run
+
+
+def _eval_checkpoint(damage: Callable[[Path], None]) -> Callable[[Path], int]:
+    def run(work: Path) -> int:
+        from training.checkpoint import latest_checkpoint
+        from training.cli import main
+
+        out = _checkpoint_with(work, damage)
+        return main(["eval", "--env", "PaW/Shelf-v0", "--checkpoint",
+                     str(latest_checkpoint(out) or out), "--episodes", "1",
+                     "--out", str(work / "eval")])
+    return run
+
+
+def _truncate(pattern: str, keep: int | None = None):
+    def damage(checkpoint: Path) -> None:
+        path = next(checkpoint.glob(pattern))
+        data = path.read_bytes()
+        path.write_bytes(b"" if keep is None else data[:keep])
+    return damage
+
+
+def cases() -> list[Case]:
+    # A valid, one-second run: a bad value that is silently accepted costs next to nothing.
+    base = ("model: {work}/tiny\nenv_id: PaW/Shelf-v0\ndevice: cpu\ntotal_steps: 1\n"
+            "n_groups: 1\ngroup_size: 2\nmax_new_tokens: 4\nmax_episode_steps: 2\n"
+            "save_every: 0\nprogress: false\n")
+    make_base = lambda body: (lambda work: (_tiny(work), train_yaml(base + body)(work))[1])  # noqa: E731
+    return [
+        # -- paw-gym train configs ----------------------------------------------------------
+        Case("train config", "YAML syntax error", train_yaml("model: [unclosed\n"), "config.yaml"),
+        Case("train config", "config is a list", train_yaml("- a\n- b\n"), "mapping"),
+        Case("train config", "unknown key", train_yaml("lrr: 1\n"), "unknown config key"),
+        Case("train config", "device: gpu", make_base("device: gpu\n"), "device"),
+        Case("train config", "lr: -1", make_base("lr: -1\n"), "lr=-1"),
+        Case("train config", "critic_lr: -0.5", make_base("critic_lr: -0.5\n"), "critic_lr=-0.5"),
+        Case("train config", "history_length: -1", make_base("history_length: -1\n"),
+             "history_length=-1"),
+        Case("train config", "n_groups: 1.5", make_base("n_groups: 1.5\n"), "n_groups"),
+        Case("train config", "paw: 3", make_base("paw: 3\n"), "paw=3"),
+        Case("train config", "total_steps: 0", make_base("total_steps: 0\n"), "total_steps=0"),
+        Case("train config", "keep_checkpoints: 0", make_base("keep_checkpoints: 0\n"),
+             "keep_checkpoints=0"),
+        Case("train config", "max_obs_tokens: -5", make_base("max_obs_tokens: -5\n"),
+             "max_obs_tokens"),
+        Case("train config", "temperature: -1", make_base("temperature: -1\n"), "temperature"),
+        Case("train config", "unknown env_id", make_base("env_id: PaW/Nope-v0\n"), "PaW/Nope-v0"),
+        Case("train config", "env_kwargs unknown key", make_base("env_kwargs: {colour: red}\n"),
+             "colour"),
+        Case("train config", "env_kwargs bad value", make_base("env_kwargs: {split: dev}\n"),
+             "split"),
+        Case("train config", "model path missing", train_yaml(
+            "model: {work}/no-such-model\nenv_id: PaW/Shelf-v0\ndevice: cpu\n"), "no-such-model"),
+        Case("train config", "model path empty folder", lambda work: (
+            (work / "empty").mkdir(), train_yaml(
+                "model: {work}/empty\nenv_id: PaW/Shelf-v0\ndevice: cpu\n")(work))[1], "empty"),
+        Case("train config", "model: ''", train_yaml("model: ''\nenv_id: PaW/Shelf-v0\n"),
+             "model"),
+        Case("train config", "unset data variable", train_yaml(
+            "model: x\nenv_id: PaW/WebShop-v0\nenv_kwargs: {data_dir: '${PAW_NOPE}'}\n"),
+            "PAW_NOPE"),
+        Case("train", "output_dir holds a run", lambda work: (
+            write("run/metrics.jsonl", '{"step": 1}\n')(work),
+            _tiny(work), train_yaml(base)(work))[2], "already holds a training run"),
+        # -- checkpoints --------------------------------------------------------------------
+        # A damaged newest checkpoint: --resume falls back to the one before, saying why.
+        Case("resume", "truncated state.json", _resume(_truncate("state.json", 10)),
+             "state.json is damaged", fallback=True),
+        Case("resume", "empty weights file", _resume(_truncate("model/*.safetensors")),
+             "safetensors is damaged", fallback=True),
+        Case("resume", "garbage optimizer safetensors", _resume(
+            lambda c: (c / "optimizer.safetensors").write_bytes(b"garbage" * 10)),
+            "optimizer.safetensors is damaged", fallback=True),
+        Case("resume", "explicit damaged checkpoint", _resume_explicit(
+            _truncate("model/*.safetensors", 100)), "safetensors is damaged"),
+        Case("eval", "truncated checkpoint weights", _eval_checkpoint(
+            _truncate("model/*.safetensors", 100)), "safetensors is damaged"),
+        Case("eval", "checkpoint folder missing", cli(
+            "eval", "--env", "PaW/Shelf-v0", "--checkpoint", "{work}/nope", "--episodes", "1",
+            "--out", "{work}/eval"), "nope"),
+        Case("eval", "--episodes 0", cli("eval", "--env", "PaW/Shelf-v0", "--agent", "random",
+                                          "--episodes", "0"), "episodes"),
+        Case("eval", "unwritable --out", lambda work: cli(
+            "eval", "--env", "PaW/Shelf-v0", "--agent", "random", "--episodes", "1",
+            "--out", str(write("file", "x")(work) / "out"))(work), "not writable"),
+        # -- data files ---------------------------------------------------------------------
+        Case("replay", "row with won: 'no'", api(lambda work: _load_replay_strict(work, {
+            "won": "no"})), "won"),
+        Case("replay", "row is a list", api(lambda work: _load_replay_raw(work, "[1, 2]\n")),
+             "not a JSON object"),
+        Case("webshop", "items that are not objects", api(lambda work: _webshop_items(
+            work, '["not an item"]')), "items_shuffle"),
+        Case("webshop", "items file is not JSON", api(lambda work: _webshop_items(
+            work, "{not json")), "items_shuffle"),
+        Case("search QA", "answer is a mapping", api(lambda work: _qa(
+            work, '[{"question": "q", "answer": {"a": 1}}]')), "answer"),
+        Case("search QA", "answer list with null", api(lambda work: _qa(
+            work, '[{"question": "q", "answer": [null]}]')), "answer"),
+        Case("search QA", "corpus rows that are lists", api(lambda work: _corpus(
+            work, '["id", "text"]\n')), "corpus"),
+        Case("search QA", "corpus row without text", api(lambda work: _corpus(
+            work, '{"id": "1"}\n')), "contents"),
+        Case("alfworld", "game with bad PDDL", api(_bad_alfworld_game), "pddl"),
+        Case("play", "unknown env", cli("play", "--env", "Nope/Missing-v0"), "unknown env"),
+        Case("play", "env-kwargs not key=value", cli("play", "--env", "PaW/Shelf-v0",
+                                                     "--env-kwargs", "split"), "key=value"),
+        Case("play", "env-kwargs unknown key", cli("play", "--env", "PaW/Shelf-v0",
+                                                   "--env-kwargs", "colour=red"), "colour"),
+    ]
+
+
+def _replay_with(work: Path, line: str) -> Path:
+    from tests.envs import GuessNumberEnv
+    from wrappers import HistoryPrompt, ParseAction, RecordTransitions, WMReplay
+
+    replay = WMReplay(work / "replay")
+    env = RecordTransitions(ParseAction(HistoryPrompt(GuessNumberEnv())), replay)
+    env.reset(seed=0)
+    env.step("<action>guess 1</action>")
+    shard = next((work / "replay").glob("*.jsonl"))
+    with open(shard, "a", encoding="utf-8") as handle:
+        handle.write(line)
+    return work / "replay"
+
+
+def _load_replay_strict(work: Path, change: dict) -> None:
+    from wrappers import WMReplay
+
+    good = WMReplay.load(_replay_with(work, "")).to_list()[0]
+    shard = next((work / "replay").glob("*.jsonl"))
+    with open(shard, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps({**good, **change}) + "\n")
+    WMReplay.load(work / "replay", strict=True)
+
+
+def _load_replay_raw(work: Path, line: str) -> None:
+    from wrappers import WMReplay
+
+    WMReplay.load(_replay_with(work, line), strict=True)
+
+
+def _webshop_items(work: Path, items: str) -> None:
+    from paw_gym.webshop.loader import load_official_products
+
+    write("ws/items_shuffle_1000.json", items)(work)
+    write("ws/items_ins_v2_1000.json", "{}")(work)
+    load_official_products(work / "ws")
+
+
+def _qa(work: Path, text: str) -> None:
+    from paw_gym.searchqa.data import load_qa
+
+    load_qa(write("qa.json", text)(work))
+
+
+def _corpus(work: Path, text: str) -> None:
+    from paw_gym.searchqa.data import load_corpus
+
+    load_corpus(write("corpus.jsonl", text)(work))
+
+
+def _bad_alfworld_game(work: Path) -> None:
+    import gymnasium as gym
+
+    import paw_gym  # noqa: F401
+
+    game = {"pddl_domain": "(define (domain x) (:predicates (p ?x)", "pddl_problem": "(",
+            "grammar": "{}", "walkthrough": [], "solvable": True}
+    trial = "alf/json_2.1.1/train/pick_and_place_simple-x/trial-1"
+    write(f"{trial}/game.tw-pddl", json.dumps(game))(work)
+    write(f"{trial}/traj_data.json", json.dumps({"task_type": "pick_and_place_simple",
+                                                 "pddl_params": {}}))(work)
+    gym.make("PaW/ALFWorld-v0", data_dir=str(work / "alf"), progress=False).reset(seed=0)
+
+
+def classify(case: Case, work: Path) -> tuple[str, str]:
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            result = case.run(work)
+    except CLEAR_ERRORS as error:
+        message = str(error)
+        return ("clear" if case.expect.lower() in message.lower() else "unclear"), message
+    except SystemExit as exit_:  # argparse errors
+        return ("clear" if exit_.code == 2 else "traceback"), err.getvalue().strip()[-300:]
+    except BaseException as error:  # noqa: BLE001 - the point is to catch what escapes
+        return "traceback", f"{type(error).__name__}: {error}"[:300]
+    message = err.getvalue().strip()
+    if result == 2:
+        # Progress bars of the work before the check may precede it; the error is one line.
+        errors = [line for line in message.splitlines() if ": error: " in line]
+        ok = len(errors) == 1 and case.expect.lower() in errors[0].lower()
+        return ("clear" if ok else "unclear"), (errors[-1] if errors else message)[-300:]
+    if isinstance(result, int) and result != 0:
+        return "traceback", f"exit {result}: {message[-300:]}"
+    if case.fallback:
+        warned = [line for line in message.splitlines() if case.expect.lower() in line.lower()]
+        if warned:
+            return "clear", "fell back: " + warned[0][-250:]
+    return "accepted", message[-300:]
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", default=None, help="run the cases whose name contains this")
+    parser.add_argument("--out", default=str(C.RESULTS / "bad_inputs"))
+    args = parser.parse_args(argv)
+    C.set_threads(1)
+    rows = []
+    for case in cases():
+        if args.only and args.only not in case.name:
+            continue
+        with tempfile.TemporaryDirectory() as folder:
+            start = time.perf_counter()
+            verdict, message = classify(case, Path(folder))
+        rows.append({"area": case.area, "case": case.name, "verdict": verdict,
+                     "message": message.replace("\n", " ")[:200].replace(folder, "<tmp>"),
+                     "seconds": round(time.perf_counter() - start, 2)})
+        print(f"{verdict:9s} {case.area}: {case.name}: {rows[-1]['message'][:110]}", flush=True)
+    counts = {v: sum(r["verdict"] == v for r in rows)
+              for v in ("clear", "unclear", "traceback", "accepted")}
+    table = ["| area | bad input | verdict | message |", "|---|---|---|---|"]
+    table += [f"| {r['area']} | {r['case']} | {r['verdict']} | {r['message'][:120]} |"
+              for r in rows]
+    summary = (f"{len(rows)} bad inputs tried: {counts['clear']} clear errors, "
+               f"{counts['unclear']} unclear errors, {counts['traceback']} tracebacks, "
+               f"{counts['accepted']} accepted")
+    print(summary)
+    if not args.only:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out + ".md").write_text(summary + "\n\n" + "\n".join(table) + "\n",
+                                          encoding="utf-8")
+        Path(args.out + ".json").write_text(json.dumps({"counts": counts, "rows": rows},
+                                                       indent=1), encoding="utf-8")
+    return {"counts": counts, "rows": rows}
+
+
+if __name__ == "__main__":
+    main()
