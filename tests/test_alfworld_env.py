@@ -246,3 +246,16 @@ def test_a_game_with_bad_pddl_fails_when_the_games_are_listed(tmp_path):
     with pytest.raises(ValueError, match=r"game.tw-pddl: 'pddl_domain' is not valid PDDL "
                                          r"\(unbalanced parentheses\)"):
         gym.make("PaW/ALFWorld-v0", data_dir=str(tmp_path), progress=False)
+
+
+def test_an_unwritable_cache_falls_back_to_a_scratch_copy(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("in the way")
+    monkeypatch.setenv("PAW_GYM_CACHE", str(blocker / "cache"))  # can never be created
+    with pytest.warns(RuntimeWarning, match=r"ALFWorld cache .* is not writable .*generating "
+                                            r"the games into"):
+        env = gym.make("PaW/ALFWorld-v0", generated_per_type=1, progress=False)
+    observation, info = env.reset(seed=0)
+    assert observation.startswith("-= Welcome to TextWorld, ALFRED! =-")
+    assert not str(env.unwrapped.split_dir).startswith(str(blocker))
+    assert blocker.read_text() == "in the way"

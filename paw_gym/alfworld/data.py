@@ -9,10 +9,15 @@ as is), then a cache of generated games (``$PAW_GYM_CACHE/alfworld`` or
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
+import tempfile
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from paw_gym.alfworld.generate import (
@@ -73,11 +78,30 @@ def ensure_generated(split: str, per_type: int = DEFAULT_CACHE_PER_TYPE,
                      seed: int = DEFAULT_CACHE_SEED, progress: bool = True) -> Path:
     """The generated data root holding a complete ``split`` (building it if needed)."""
     root = generated_root(per_type, seed)
-    if not (split_dir(root, split) / MANIFEST).exists():
+    if (split_dir(root, split) / MANIFEST).exists():
+        return root
+    try:
         with _exclusive(root.parent / f"{root.name}.lock"):
             generate(GenerationConfig(out=root, per_type=per_type, seed=seed, splits=(split,),
                                       progress=progress))
-    return root
+        return root
+    except OSError as error:  # a read-only or misplaced cache: this process keeps its own copy
+        fallback = _process_scratch() / root.name
+        warnings.warn(f"the ALFWorld cache {str(root.parent)!r} is not writable "
+                      f"({error.strerror or error}); generating the games into {str(fallback)!r}, "
+                      "removed when this process exits", RuntimeWarning, stacklevel=2)
+        if not (split_dir(fallback, split) / MANIFEST).exists():
+            generate(GenerationConfig(out=fallback, per_type=per_type, seed=seed,
+                                      splits=(split,), progress=progress))
+        return fallback
+
+
+@lru_cache(maxsize=None)
+def _process_scratch() -> Path:
+    """A temporary folder for this process, deleted at exit."""
+    folder = Path(tempfile.mkdtemp(prefix="paw-gym-alfworld-"))
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
 
 
 def resolve_source(split: str, data_dir: str | Path | None = None,
