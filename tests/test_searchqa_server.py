@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
+import socket
 import subprocess
 import sys
+import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -15,6 +19,7 @@ from paw_gym.searchqa.bm25 import BM25Retriever
 from paw_gym.searchqa.client import HTTPRetriever, RetrievalError, retrieve_url
 from paw_gym.searchqa.env import SearchQAEnv
 from paw_gym.searchqa.kb import KBConfig, build_kb
+from paw_gym.searchqa.retriever import Retriever
 from paw_gym.searchqa.server import RetrievalServer, ServerLimits
 
 
@@ -174,3 +179,241 @@ def test_concurrent_clients_get_their_own_answers(server, retriever, kb):
     expected = [[retriever.search([titles[i]], 1)[0][0].document.id for i in range(offset, 40, 4)]
                 for offset in range(4)]
     assert answers == expected
+
+
+# -- abuse: oversized answers, slow and silent clients, hostile numbers (issue: retriever hardening)
+class WatchedRetriever(Retriever):
+    """Counts the searches (a refusal must come before any) and holds each until ``gate`` opens."""
+
+    def __init__(self, inner: Retriever):
+        self.inner, self.searches = inner, 0
+        self.gate, self.entered = threading.Event(), threading.Event()
+        self.gate.set()
+
+    def search(self, queries, topk=3):
+        self.searches += 1
+        self.entered.set()
+        self.gate.wait(10)
+        return self.inner.search(queries, topk)
+
+
+def serving(retriever, **limits) -> RetrievalServer:
+    return RetrievalServer(retriever, port=0, limits=ServerLimits(**limits))
+
+
+def connect(server: RetrievalServer, *, receive_buffer: int | None = None) -> socket.socket:
+    sock = socket.socket()
+    if receive_buffer is not None:  # set before connecting, so the kernel does not grow it
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    sock.settimeout(5)
+    sock.connect((server.host, server.port))
+    return sock
+
+
+def raw_post(body: bytes, content_length: str | None = None) -> bytes:
+    length = str(len(body)) if content_length is None else content_length
+    head = f"POST /retrieve HTTP/1.1\r\nHost: test\r\nContent-Length: {length}\r\n\r\n"
+    return head.encode("latin-1") + body
+
+
+def answer(sock: socket.socket) -> tuple[int, dict]:
+    response = http.client.HTTPResponse(sock)
+    response.begin()
+    return response.status, json.loads(response.read())
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1 << 16) == b""
+    except ConnectionResetError:
+        return True
+
+
+@pytest.fixture(scope="module")
+def roomy(retriever):
+    """Default limits: the 1 MiB body room that hostile payloads need."""
+    with RetrievalServer(retriever, port=0) as running:
+        yield running
+
+
+@pytest.mark.parametrize("body, message", [
+    (b'{"queries": ["a"], "topk": ' + b"9" * 5000 + b"}", "integer of more than 4300 digits"),
+    (b'{"queries": ["a"], "topk": ' + b"9" * 4000 + b"}", "from 1 to 100, got 9999"),
+    (b'{"queries": ' + b"[" * 200_000 + b"]" * 200_000 + b"}", "nests JSON arrays or objects too deeply"),
+])
+def test_hostile_numbers_and_nesting_get_400_not_500(roomy, body, message):
+    status, payload = post(roomy.url, body)
+    assert status == 400 and message in payload["error"]
+    assert len(payload["error"]) < 200  # a 4,000-digit topk is not echoed back
+
+
+@pytest.mark.parametrize("length, status, message", [
+    ("\u00b2", 400, "Content-Length must be a number of bytes in the digits 0-9, got '\u00b2'"),
+    ("-5", 400, "got '-5'"),
+    ("9" * 5000, 413, "(5,000 characters) bytes exceeds the limit of 1048576"),
+])
+def test_malformed_content_length_gets_a_clear_answer(roomy, length, status, message):
+    with connect(roomy) as sock:
+        sock.sendall(raw_post(b'{"queries": ["a"]}', content_length=length))
+        got_status, payload = answer(sock)
+        assert (got_status, message in payload["error"]) == (status, True), payload
+        assert closed_by_server(sock)  # the body was not read: it must not pass for a request
+    assert post(roomy.url, b'{"queries": ["still alive"]}')[0] == 200
+
+
+def test_queries_times_topk_and_answer_size_are_bounded_before_work(retriever):
+    watched = WatchedRetriever(retriever)
+    with serving(watched, max_results=20) as server:
+        status, payload = post(server.url, json.dumps({"queries": ["a"] * 8, "topk": 3}).encode())
+        assert status == 413 and watched.searches == 0
+        assert "8 queries × topk 3 = 24 results in one request; at most 20" in payload["error"]
+        assert post(server.url, json.dumps({"queries": ["a"] * 10, "topk": 2}).encode())[0] == 200
+    with serving(retriever, max_response_bytes=2000) as server:
+        status, payload = post(server.url, json.dumps({"queries": ["Maltis Belel"], "topk": 5}).encode())
+        assert status == 413
+        assert re.search(r"1 queries × topk 5 is [\d,]+ bytes; at most 2,000", payload["error"])
+
+
+def test_default_limits_refuse_the_74_mb_request(roomy):
+    """The reported request: 30 KB asking 1,024 queries × topk 100 (a 74 MB answer)."""
+    body = json.dumps({"queries": ["who founded Rekist Airlines"] * 1024, "topk": 100}).encode()
+    status, payload = post(roomy.url, body)
+    assert status == 413 and "102,400 results in one request; at most 10,000" in payload["error"]
+
+
+def test_body_shorter_than_content_length_times_out(retriever):
+    with serving(retriever, io_timeout=0.5) as server, connect(server) as sock:
+        start = time.monotonic()
+        sock.sendall(raw_post(b'{"queries": ["a"]}', content_length="100"))
+        status, payload = answer(sock)
+        assert status == 408 and time.monotonic() - start < 3
+        assert payload["error"] == "request body of 100 bytes (its Content-Length) not received within 0.5 s"
+        with connect(server) as early:  # a client that gives up sending gets told what was missing
+            early.sendall(raw_post(b'{"queries": ["a"]}', content_length="100"))
+            early.shutdown(socket.SHUT_WR)
+            status, payload = answer(early)
+            assert status == 400 and "ended after 18 of the 100 bytes" in payload["error"]
+
+
+def test_trickling_client_is_cut_off_after_io_timeout(retriever):
+    """A byte every 0.1 s defeats a per-read timeout; the deadline covers the whole request."""
+    with serving(retriever, io_timeout=0.5) as server, connect(server) as sock:
+        sock.sendall(b"POST /retrieve HTTP/1.1\r\n")
+        start, closed = time.monotonic(), False
+        while not closed and time.monotonic() - start < 5:
+            time.sleep(0.1)
+            try:
+                sock.sendall(b"X")
+                sock.settimeout(0.001)
+                closed = closed_by_server(sock)
+            except (TimeoutError, BrokenPipeError, ConnectionResetError) as error:
+                closed = not isinstance(error, TimeoutError)
+        assert closed and 0.4 < time.monotonic() - start < 2
+
+
+def test_client_that_never_reads_is_cut_off_after_io_timeout(retriever, kb):
+    """Its 7 MB answer fills the socket buffers; the write gives up after io_timeout."""
+    with serving(retriever, io_timeout=0.5, max_queries=100) as server, \
+            connect(server, receive_buffer=4096) as silent:
+        titles = [d.title for d in kb.documents[:100]]
+        silent.sendall(raw_post(json.dumps({"queries": titles, "topk": 100}).encode()))
+        time.sleep(1.0)
+        response = http.client.HTTPResponse(silent)
+        response.begin()
+        assert response.status == 200
+        with pytest.raises(http.client.IncompleteRead):
+            response.read()
+        assert post(server.url, b'{"queries": ["Maltis Belel"]}')[0] == 200
+
+
+def test_half_sent_requests_make_room_for_new_clients(retriever):
+    """Twenty half-sent requests on two workers: the server shuts them to serve a newcomer."""
+    with serving(retriever, io_timeout=10, max_workers=2, max_pending=1) as server:
+        threads_before = threading.active_count()
+        half_sent = [connect(server) for _ in range(20)]
+        for sock in half_sent:
+            sock.sendall(b"POST /retrieve HTTP/1.1\r\nContent-Le")
+        start = time.monotonic()
+        assert post(server.url, b'{"queries": ["a"]}')[0] == 200
+        # Each shut waits _SHUT_AFTER (0.1 s), two at a time: ~1 s here, not io_timeout.
+        assert time.monotonic() - start < 5
+        assert threading.active_count() - threads_before <= 2
+        for sock in half_sent[:16]:
+            sock.settimeout(2)
+            assert closed_by_server(sock)
+        for sock in half_sent:
+            sock.close()
+
+
+def test_half_sent_request_is_shut_before_an_idle_keep_alive_client(retriever):
+    with serving(retriever, io_timeout=5, max_workers=2, max_pending=1) as server:
+        keeper = http.client.HTTPConnection(server.host, server.port, timeout=5)
+        keeper.request("POST", "/retrieve", b'{"queries": ["Maltis Belel"]}')
+        assert keeper.getresponse().read()  # the keep-alive connection now idles in a worker
+        with connect(server) as half_sent:
+            half_sent.sendall(b"POST /retrieve HTTP/1.1\r\nContent-Le")
+            time.sleep(0.3)  # both have waited on their clients longer than the keeper's wait
+            assert post(server.url, b'{"queries": ["a"]}')[0] == 200
+            assert closed_by_server(half_sent)
+        keeper.request("POST", "/retrieve", b'{"queries": ["Maltis Belel"]}')
+        assert keeper.getresponse().status == 200  # on the same connection
+        keeper.close()
+
+
+def test_busy_server_answers_503_only_when_every_worker_is_working(retriever):
+    watched = WatchedRetriever(retriever)
+    watched.gate.clear()
+    with serving(watched, max_workers=1, max_pending=0) as server:
+        first: list = []
+        worker = threading.Thread(target=lambda: first.append(post(server.url, b'{"queries": ["a"]}')))
+        worker.start()
+        assert watched.entered.wait(5)
+        with connect(server) as refused:
+            status, payload = answer(refused)
+        assert status == 503
+        assert "all 1 workers are working and all 0 waiting places are taken" in payload["error"]
+        watched.gate.set()
+        worker.join(5)
+        assert first[0][0] == 200 and post(server.url, b'{"queries": ["a"]}')[0] == 200
+
+
+def test_waiting_client_gets_its_turn_from_a_keep_alive_one(retriever):
+    """The one worker is working for a keep-alive client when another connects: the answer
+    asks the keep-alive client to reconnect, so the other does not wait for it to idle out."""
+    watched = WatchedRetriever(retriever)
+    watched.gate.clear()
+    with serving(watched, io_timeout=5, max_workers=1, max_pending=1) as server:
+        keeper = http.client.HTTPConnection(server.host, server.port, timeout=5)
+        keeper.request("POST", "/retrieve", b'{"queries": ["Maltis Belel"]}')
+        assert watched.entered.wait(5)
+        with connect(server) as waiting:
+            waiting.sendall(raw_post(b'{"queries": ["Rekist Airlines"]}'))
+            time.sleep(0.1)  # accepted and queued
+            watched.gate.set()
+            response = keeper.getresponse()
+            response.read()
+            assert response.status == 200 and response.getheader("Connection") == "close"
+            start = time.monotonic()
+            assert answer(waiting)[0] == 200 and time.monotonic() - start < 2
+        keeper.close()
+
+
+def test_close_does_not_wait_for_idle_keep_alive_clients(retriever):
+    server = serving(retriever, io_timeout=30).start()
+    client = HTTPRetriever(server.url)
+    assert client.search(["Maltis Belel"], 1)  # its keep-alive connection now idles in a worker
+    start = time.monotonic()
+    server.close()
+    assert time.monotonic() - start < 2
+    client.close()
+
+
+@pytest.mark.parametrize("limits, message", [
+    (dict(default_topk=5, max_topk=3), "default_topk 5 exceeds max_topk 3"),
+    (dict(io_timeout=0), "io_timeout must be a positive number of seconds, got 0"),
+    (dict(max_workers=0), "max_workers must be an integer >= 1, got 0"),
+    (dict(max_pending=-1), "max_pending must be an integer >= 0, got -1"),
+])
+def test_server_limits_are_checked(limits, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ServerLimits(**limits)
