@@ -258,9 +258,7 @@ def _check_scalar_types(config: Any) -> None:
     """Every bool / int / float / str field (optionally None) holds that type: ``paw: 3`` or
     ``n_groups: 1.5`` is an error, not silently truthy or truncated."""
     for name, kind in _field_types(type(config)).items():
-        args = typing.get_args(kind)
-        optional = typing.get_origin(kind) in (typing.Union, types.UnionType) and type(None) in args
-        base = next((a for a in args if a is not type(None)), kind) if optional else kind
+        optional, base = _optional_base(kind)
         if base not in _SCALARS:
             continue
         value = getattr(config, name)
@@ -282,12 +280,19 @@ def _field_types(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
+def _optional_base(kind: Any) -> tuple[bool, Any]:
+    """``(whether the field type admits None, the type without None)``: ``int | None`` →
+    ``(True, int)``, ``float`` → ``(False, float)``."""
+    args = typing.get_args(kind)
+    optional = typing.get_origin(kind) in (typing.Union, types.UnionType) and type(None) in args
+    return optional, (next((a for a in args if a is not type(None)), kind) if optional else kind)
+
+
 def _parse_value(name: str, raw: str, kind: Any) -> Any:
     """Turn a CLI string into the field's type (``none`` → None for optional fields)."""
     import yaml
 
-    optional = typing.get_origin(kind) in (typing.Union, types.UnionType) and \
-        type(None) in typing.get_args(kind)
+    optional, base = _optional_base(kind)
     if optional and raw.strip().lower() in ("none", "null"):
         return None
     value = yaml.safe_load(raw)  # true/false, numbers, [lists], {dicts}
@@ -296,7 +301,6 @@ def _parse_value(name: str, raw: str, kind: Any) -> Any:
             value = float(raw) if "." in raw or "e" in raw.lower() else int(raw)
         except ValueError:
             pass
-    base = next((a for a in typing.get_args(kind) if a is not type(None)), kind) if optional else kind
     origin = typing.get_origin(base) or base
     if origin is bool and not isinstance(value, bool):
         raise ValueError(f"--{name} expects true or false, got {raw!r}")

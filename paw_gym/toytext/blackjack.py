@@ -30,7 +30,8 @@ import numpy as np
 from gymnasium.envs.toy_text.blackjack import BlackjackEnv
 
 from paw_gym.toytext.adapter import TextAdapter
-from paw_gym.toytext.gridworlds import SPLITS, WIN_REWARD, _check_split, _in_split, is_test_layout
+from paw_gym.toytext.gridworlds import (SPLITS, WIN_REWARD, check_split, in_split,
+                                        is_test_layout)
 
 #: Card value -> probability of drawing it (Gymnasium's infinite deck: J, Q, K count 10).
 CARD_PROBABILITIES = {value: (4 if value == 10 else 1) / 13 for value in range(1, 11)}
@@ -117,7 +118,7 @@ class BlackjackText(TextAdapter):
     """
 
     def __init__(self, split: str = "train", render_mode: str | None = None):
-        _check_split(split)
+        check_split(split)
         self.split = split
         self._stuck = False
         super().__init__(BlackjackEnv(), render=self._text, task_type=self._kind,
@@ -145,7 +146,7 @@ class BlackjackText(TextAdapter):
         while True:
             observation, info = self.env.reset(seed=draw)
             self._stuck = False
-            if _in_split(self.split, is_test_layout(blackjack_text(self.env.unwrapped))):
+            if in_split(self.split, is_test_layout(blackjack_text(self.env.unwrapped))):
                 return observation, info
             draw = int(rng.integers(2**31 - 1))
 

@@ -49,11 +49,13 @@ def is_test_layout(text: str) -> bool:
     return int(hashlib.sha1(text.encode()).hexdigest(), 16) % TEST_MODULUS == 0
 
 
-def _in_split(split: str, held_out: bool) -> bool:
+def in_split(split: str, held_out: bool) -> bool:
+    """Whether a layout (held out or not) may be drawn by ``split``."""
     return split == "all" or (split == "test") == held_out
 
 
-def _check_split(split: str) -> None:
+def check_split(split: str) -> None:
+    """A ``ValueError`` naming ``split`` unless it is one of :data:`SPLITS`."""
     if split not in SPLITS:
         raise ValueError(f"split {split!r} is not one of {list(SPLITS)}")
 
@@ -83,7 +85,7 @@ class FrozenLakeText(TextAdapter):
     def __init__(self, split: str = "train", sizes: tuple[int, ...] = (4,),
                  is_slippery: bool = False, frozen_prob: float = 0.8,
                  render_mode: str | None = None):
-        _check_split(split)
+        check_split(split)
         sizes = tuple(int(n) for n in sizes)
         if not sizes or not all(3 <= n <= 12 for n in sizes):
             raise ValueError(f"sizes {sizes!r} must be map sides in [3, 12]")
@@ -106,7 +108,7 @@ class FrozenLakeText(TextAdapter):
             desc = generate_random_map(size, self.frozen_prob, seed=int(rng.integers(2**31 - 1)))
             self.env = FrozenLakeEnv(desc=desc, is_slippery=self.is_slippery)
             start = self.env.reset(seed=seed)
-            if _in_split(self.split, is_test_layout(frozen_lake_text(self.env))):
+            if in_split(self.split, is_test_layout(frozen_lake_text(self.env))):
                 return start
 
 
@@ -157,7 +159,7 @@ class CliffWalkingText(TextAdapter):
     def __init__(self, split: str = "train",
                  shapes: tuple[tuple[int, int], ...] = ((3, 5), (4, 6)),
                  extra_cliffs: tuple[int, int] = (0, 2), render_mode: str | None = None):
-        _check_split(split)
+        check_split(split)
         shapes = tuple((int(r), int(c)) for r, c in shapes)
         if not shapes or not all(2 <= r <= 12 and 3 <= c <= 16 for r, c in shapes):
             raise ValueError(f"shapes {shapes!r} must be (rows in [2, 12], columns in [3, 16])")
@@ -186,7 +188,7 @@ class CliffWalkingText(TextAdapter):
                         len(free) - 1)
             for index in rng.choice(len(free), size=count, replace=False):
                 cliff[free[index]] = True
-            if _has_safe_path(cliff) and _in_split(
+            if _has_safe_path(cliff) and in_split(
                     self.split, is_test_layout(_cliff_grid(cliff, (rows - 1, 0)))):
                 break
         self.env = RandomCliffWalking(shape, cliff)
@@ -245,7 +247,7 @@ class TaxiText(TextAdapter):
     """
 
     def __init__(self, split: str = "train", render_mode: str | None = None):
-        _check_split(split)
+        check_split(split)
         self.split = split
         super().__init__(TaxiEnv(), render=taxi_text, task_type=self._kind,
                          task_description="pick up the passenger and drop them off at the "
@@ -262,7 +264,7 @@ class TaxiText(TextAdapter):
         while True:
             observation, info = self.env.reset(seed=draw)
             _, _, passenger, destination = self.env.decode(int(self.env.s))
-            if _in_split(self.split, passenger + destination == 3):
+            if in_split(self.split, passenger + destination == 3):
                 return observation, info
             draw = int(rng.integers(2**31 - 1))
 

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from paw_gym.core import TextEnv
-from paw_gym.toytext.gridworlds import SPLITS, is_test_layout
+from paw_gym.toytext.gridworlds import check_split, in_split, is_test_layout
 
 ACTIONS = ("up", "down", "left", "right")
 WALL, FLOOR, TARGET, BOX, BOX_ON_TARGET, PLAYER, PLAYER_ON_TARGET = "#_OX√PS"
@@ -260,8 +260,7 @@ class SokobanEnv(TextEnv):
     def __init__(self, split: str = "train", size: int = 6, box_counts: tuple[int, ...] = (1, 2),
                  render_mode: str | None = None):
         super().__init__(render_mode=render_mode)
-        if split not in SPLITS:
-            raise ValueError(f"split {split!r} is not one of {list(SPLITS)}")
+        check_split(split)
         if not isinstance(size, Integral) or size not in SIZES:
             raise ValueError(f"size {size!r} must be an integer in [{SIZES[0]}, {SIZES[-1]}]")
         counts = tuple(box_counts) if isinstance(box_counts, (tuple, list)) else ()
@@ -281,7 +280,7 @@ class SokobanEnv(TextEnv):
             if boxes == layout.targets:
                 continue
             grid = render_grid(layout, player, boxes)
-            if self.split != "all" and is_test_layout(grid) != (self.split == "test"):
+            if not in_split(self.split, is_test_layout(grid)):
                 continue
             solution = _shortest_solution(layout, player, boxes, MAX_SOLUTION_LENGTH)
             if solution is not None:
