@@ -86,29 +86,21 @@ def _start_text(start: str) -> str:
 
 
 def plot(env: str, start: str, variants: dict[str, list[dict]], out: Path) -> None:
-    import matplotlib
+    """Training dynamics per variant: the mean over seeds with a band of ± one sample standard
+    deviation (the seeds' spread, as in the tables); vanilla variants stay out of the
+    world-model panels."""
+    from training.plots import Run, Series, make_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
-    for ax, (key, title) in zip(axes.flat, CURVES):
-        for variant, runs in variants.items():
-            histories = [d["history"] for d in runs if d.get("history")]
-            if not histories:
-                continue
-            steps = min(len(h) for h in histories)
-            ys = [statistics.mean(float(h[i].get(key) or 0.0) for h in histories)
-                  for i in range(steps)]
-            ax.plot(range(1, steps + 1), ys, marker="o", ms=3, label=LABELS.get(variant, variant))
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("RL update")
-        ax.grid(alpha=0.3)
-    axes.flat[0].legend(fontsize=7)
-    fig.suptitle(f"{env} ({start} start): mean over seeds")
-    fig.tight_layout()
-    fig.savefig(out, dpi=80)
-    plt.close(fig)
+    series = [Series(LABELS.get(variant, variant),
+                     tuple(Run(f"seed {d['run'].get('seed', i)}", tuple(d["history"]),
+                               d.get("config") or VARIANTS.get(variant, {}))
+                           for i, d in enumerate(runs) if d.get("history")))
+              for variant, runs in variants.items()]
+    fig = make_figure([one for one in series if one.runs], [key for key, _ in CURVES],
+                      title=f"{env} ({start} start): mean ± sd over seeds", smooth=0.0,
+                      titles=dict(CURVES))  # a few updates per run: too few to smooth
+    if fig is not None:
+        fig.savefig(out, dpi=80)
 
 
 def main(argv=None) -> int:

@@ -238,33 +238,40 @@ def report(updates: int = STUDY_UPDATES, env: str = "shelf") -> str:
 
 
 def _plot(runs, out: Path, env_id: str) -> None:
-    import matplotlib
+    """Training curves per start (a row each): per variant, the mean over seeds with a band of
+    ± one sample standard deviation (the seeds' spread, not a confidence interval)."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
+    from training.plots import Run, Series, add_series_legend, draw_panel, panel_keys, \
+        series_colors
 
-    starts = [s for s in STARTS if any(k[0] == s for k in runs)]
-    if not starts:
+    variants = [v for v in ("grpo", "grpo_paw", "gigpo", "gigpo_paw")
+                if any(key[1] == v for key in runs)]
+    color_of = dict(zip(variants, series_colors(len(variants))))  # the same in every row
+    rows = []
+    for start in STARTS:
+        series = [Series(variant, tuple(Run(f"s{seed}", tuple(r["curve"]), VARIANTS[variant])
+                                        for seed, r in sorted(by_seed.items())))
+                  for variant in variants if (by_seed := runs.get((start, variant)))]
+        if series:
+            rows.append((start, series, panel_keys(series, ("success", "invalid_frac", "reward"))))
+    if not rows:
         return
-    fig, axes = plt.subplots(1, len(starts), figsize=(6 * len(starts), 4), squeeze=False)
-    for ax, start in zip(axes[0], starts):
-        for variant in ("grpo", "grpo_paw", "gigpo", "gigpo_paw"):
-            rs = list(runs.get((start, variant), {}).values())
-            if not rs:
-                continue
-            curves = np.array([[100 * c["success"] for c in r["curve"]] for r in rs])
-            steps = np.arange(1, curves.shape[1] + 1)
-            mean, sd = curves.mean(0), curves.std(0)
-            ax.plot(steps, mean, label=f"{variant} ({len(rs)} seeds)")
-            ax.fill_between(steps, np.clip(mean - sd, 0, 100), np.clip(mean + sd, 0, 100),
-                            alpha=0.2)
-        ax.set(title=f"{env_id}, start {start}", xlabel="update",
-               ylabel="training success % (mean ± sd over seeds)")
-        ax.legend()
-    fig.tight_layout()
+    columns = max(len(keys) for _, _, keys in rows)
+    fig = Figure(figsize=(4.5 * columns, 3.4 * len(rows) + 0.6), layout="constrained")
+    axes = fig.subplots(len(rows), columns, squeeze=False)
+    for row_axes, (start, series, keys) in zip(axes, rows):
+        colors = [color_of[one.label] for one in series]
+        for ax, key in zip(row_axes, keys):
+            draw_panel(ax, key, series, colors, smooth=0.0)  # 8 updates: too few to smooth
+            ax.set_title(f"{ax.get_title()}, start {start}", fontsize=10)
+        for ax in row_axes[len(keys):]:
+            ax.set_visible(False)
+    fig.suptitle(f"{env_id}: training curves, mean ± sd over seeds")
+    seeds = {v: "/".join(map(str, sorted({len(by_seed) for (_, variant), by_seed in runs.items()
+                                          if variant == v}))) for v in variants}
+    add_series_legend(fig, [f"{v} ({seeds[v]} seeds)" for v in variants], list(color_of.values()))
     fig.savefig(out, dpi=100)
-    plt.close(fig)
 
 
 def world_model_accuracy(env: str, work: Path, updates: int = STUDY_UPDATES) -> str:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
-#: Curves drawn by :func:`plot_curves` (the paper's training-dynamics figures), when logged.
-CURVES = ("reward", "success", "policy_loss", "clip_frac", "kl", "action_entropy",
-          "lambda_mean", "wm_loss", "wm_clipped_frac", "tokens_per_s")
+#: Curves drawn by :func:`plot_curves` (the paper's training-dynamics figures), when logged and
+#: not constant. Validation metrics share their training metric's panel where it has one.
+CURVES = ("reward", "val_return", "success", "val_success", "val_score", "invalid_frac",
+          "val_invalid_frac", "episode_length", "val_episode_length", "policy_loss", "clip_frac",
+          "kl", "action_entropy", "lambda_mean", "wm_loss", "wm_clipped_frac", "tokens_per_s")
 
 
 class MetricsLogger:
@@ -81,30 +82,12 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 
 
 def plot_curves(metrics_path: str | Path, out_path: str | Path,
-                keys: tuple[str, ...] = CURVES) -> Path | None:
-    """One small panel per logged metric in ``keys``; returns the PNG path (None if no data)."""
-    import matplotlib
+                keys: tuple[str, ...] = CURVES, title: str | None = None) -> Path | None:
+    """The end-of-training figure (``curves.png``) of the run that wrote ``metrics_path``: one
+    panel per metric of ``keys`` that varies (see :mod:`training.plots`); returns the image
+    path, or None when there is nothing to draw."""
+    from training.plots import plot_runs
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    records = read_metrics(metrics_path)
-    present = [k for k in keys if any(isinstance(r.get(k), (int, float)) for r in records)]
-    if not present:
+    if not Path(metrics_path).is_file():
         return None
-    cols = min(4, len(present))
-    rows = math.ceil(len(present) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.6 * rows), squeeze=False)
-    for ax, key in zip(axes.flat, present):
-        points = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker=".", linewidth=1)
-        ax.set_title(key, fontsize=9)
-        ax.set_xlabel("step", fontsize=8)
-        ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(present):]:
-        ax.axis("off")
-    fig.tight_layout()
-    out_path = Path(out_path)
-    fig.savefig(out_path, dpi=110)
-    plt.close(fig)
-    return out_path
+    return plot_runs([metrics_path], out_path, title=title, keys=keys)
