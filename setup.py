@@ -23,7 +23,6 @@ EXTRAS = {
     ],
     "train": [
         TORCH,
-        "transformers>=4.45",
         "tokenizers>=0.20",
         "safetensors>=0.4",
         "peft>=0.12",
@@ -59,6 +58,8 @@ setup(
         "pyyaml>=6.0",
         "tqdm>=4.60",
         "rich>=13.0",
+        # The CLI's parser (HfArgumentParser); transformers alone does not pull torch.
+        "transformers>=4.45",
     ],
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["paw-gym=training.cli:main"]},

@@ -68,7 +68,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", default="PaW/WebShop-v0")
-    parser.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--env-kwargs", default="", metavar="KEY=VALUE[,...]",
+                        help="env constructor arguments (paw-gym's --env_kwargs syntax)")
     parser.add_argument("--model", help="model directory (default: build a tiny model)")
     parser.add_argument("--size", default="micro", choices=("nano", "micro", "mini"))
     parser.add_argument("--groups", type=int, default=16)
@@ -86,10 +87,10 @@ def main() -> int:
 
     import paw_gym  # noqa: F401
     from agents import HFPolicy
-    from training.commands.build_tiny_model import _parse_env_args
+    from training.cli import parse_env_kwargs
 
     torch.set_num_threads(args.threads)
-    env_kwargs = _parse_env_args(args.env_arg, ValueError)
+    env_kwargs = parse_env_kwargs(args.env_kwargs)
     model = args.model or build_model(args, env_kwargs)
     policy = HFPolicy(model)
     # The same task draw as rollout(seed=args.seed) makes, so B plays A's first tasks.

@@ -37,9 +37,11 @@ def test_play_runs_expert_episodes_and_records(tmp_path, capsys):
 
 def test_play_user_errors_are_one_line(capsys):
     assert main(["play", "--env", "Nope/Missing-v0"]) == 2
-    assert "unknown env 'Nope/Missing-v0'" in capsys.readouterr().err
+    assert "unknown env id 'Nope/Missing-v0'" in capsys.readouterr().err
+    assert main(["play", "--env", "Test/GuessNumber-v0", "--env_kwargs", "colour=red"]) == 2
+    assert "['colour'] are not arguments of Test/GuessNumber-v0" in capsys.readouterr().err
     assert main(["play", "--env", "Test/GuessNumber-v0", "--env-kwargs", "high"]) == 2
-    assert "is not key=value" in capsys.readouterr().err
+    assert "item 'high' is not key=value" in capsys.readouterr().err
 
 
 def test_help_without_subcommand():
@@ -48,7 +50,7 @@ def test_help_without_subcommand():
 
 
 @pytest.mark.parametrize("command", [
-    ["eval", "--env", "Test/GuessNumber-v0", "--agent", "expert", "--episodes", "2", "--out"],
+    ["eval", "--env", "Test/GuessNumber-v0", "--agent", "expert", "--out"],
     ["sft", "--model", "no-model", "--record-env", "Test/GuessNumber-v0", "--output_dir"],
 ])
 def test_an_unwritable_output_folder_fails_before_any_work(tmp_path, capsys, command):

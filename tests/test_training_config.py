@@ -1,27 +1,25 @@
 """TrainConfig: YAML loading, CLI overrides, and clear errors."""
 
-import argparse
 from pathlib import Path
 import dataclasses
 
 import pytest
 
-from training.config import (TrainConfig, add_config_flags, load_config, overrides_from_args,
-                             save_config)
+from training.config import TrainConfig, load_config, parse_value, save_config
 
 
 def test_yaml_then_cli_overrides(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text("algo: gigpo\nn_groups: 4\npaw: true\nrho: 0.3\ncritic_lr: 2e-5\n")
-    parser = argparse.ArgumentParser()
-    add_config_flags(parser)
-    args = parser.parse_args(["--paw", "false", "--rho", "0.5", "--history_length", "none",
-                              "--lr", "5e-5",
-                              "--lora_target_modules", "[q_proj, v_proj]"])
-    config = load_config(path, overrides_from_args(args))
+    path.write_text("algo: gigpo\nn_groups: 4\npaw: true\nrho: 0.3\ncritic_lr: 2e-5\n"
+                    "env_kwargs: {split: train, num_products: 50}\n")
+    config = load_config(path, {"paw": False, "rho": 0.5, "history_length": None, "lr": 5e-5,
+                                "lora_target_modules": ["q_proj", "v_proj"],
+                                "env_kwargs": {"split": "test"}})
     assert (config.algo, config.n_groups, config.paw, config.rho) == ("gigpo", 4, False, 0.5)
     assert config.history_length is None and config.lr == 5e-5 and config.critic_lr == 2e-5
     assert config.lora_target_modules == ["q_proj", "v_proj"]
+    # A mapping override is merged over the file's: the file's other keys stay.
+    assert config.env_kwargs == {"split": "test", "num_products": 50}
 
 
 def test_save_and_load_round_trip(tmp_path):
@@ -51,7 +49,7 @@ def test_every_field_has_a_docstring():
     # Once silently accepted (issue 17): truthy non-bools, truncated floats, no-op budgets.
     ({"paw": 3}, "paw=3 is invalid; expected true or false"),
     ({"n_groups": 1.5}, "n_groups=1.5 is invalid; expected an integer"),
-    ({"lr": "fast"}, "--lr expects a number, got 'fast'"),
+    ({"lr": "fast"}, "lr: expected a number, got 'fast'"),
     ({"max_obs_tokens": -5}, "max_obs_tokens=-5"),
     ({"max_episode_steps": 0}, "max_episode_steps=0"),
     ({"save_every": -1}, "save_every=-1"),
@@ -75,13 +73,32 @@ def test_wrong_types_given_in_python_are_named():
     assert TrainConfig(lr=1).lr == 1  # an int is a number
 
 
-def test_bad_cli_types_are_named():
-    parser = argparse.ArgumentParser()
-    add_config_flags(parser)
-    with pytest.raises(ValueError, match="--paw expects true or false"):
-        overrides_from_args(parser.parse_args(["--paw", "maybe"]))
-    with pytest.raises(ValueError, match="--lr expects a number"):
-        overrides_from_args(parser.parse_args(["--lr", "fast"]))
+def test_text_values_are_read_as_the_field_type():
+    from typing import Any, Literal
+
+    assert parse_value("5e-5", float) == 5e-5 and parse_value("none", int | None) is None
+    assert parse_value("q_proj", list[str]) == ["q_proj"]
+    assert parse_value("q_proj, v_proj", list[str]) == parse_value("[q_proj, v_proj]",
+                                                                   list[str]) == ["q_proj", "v_proj"]
+    assert parse_value("split=test,n=8,tasks=[a, b]", dict[str, Any]) == {
+        "split": "test", "n": 8, "tasks": ["a", "b"]}
+    assert parse_value("ppo", Literal["grpo", "ppo"]) == "ppo"
+    for raw, kind, message in [("2.5", int, "expected an integer, got '2.5'"),
+                               ("maybe", bool, "expected true or false"),
+                               ("dpo", Literal["grpo", "ppo"], "expected one of grpo | ppo"),
+                               ("none", int, "expected an integer, got 'none'"),
+                               ("split", dict[str, Any], "item 'split' is not key=value")]:
+        with pytest.raises(ValueError, match=message):
+            parse_value(raw, kind)
+
+
+def test_other_configs_get_their_types_checked_too(tmp_path):
+    from training.sft import SFTConfig
+
+    path = tmp_path / "sft.yaml"
+    path.write_text("epochs: 2.5\n")
+    with pytest.raises(ValueError, match="epochs=2.5 is invalid; expected an integer"):
+        load_config(path, cls=SFTConfig)
 
 
 PAPER = Path(__file__).resolve().parents[1] / "configs" / "paper"

@@ -1,13 +1,13 @@
 """``TrainConfig``: every knob of the PaW trainer, loadable from YAML with CLI overrides.
 
 A YAML file maps 1:1 onto the dataclass fields (unknown keys are an error); ``paw-gym train``
-adds one ``--field_name VALUE`` flag per field (``--paw false``, ``--algo gigpo`` ...), which
-wins over the file.
+adds one typed flag per field (``--paw false``, ``--algo gigpo`` ...; see ``training.cli``),
+which wins over the file. :func:`parse_value` reads a flag's text (or a string in the file) as
+the field's type, so the CLI and the YAML accept the same values.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import os
@@ -16,9 +16,10 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-ALGOS = ("grpo", "gigpo", "rloo", "ppo")
+Algo = Literal["grpo", "gigpo", "rloo", "ppo"]
+ALGOS: tuple[str, ...] = typing.get_args(Algo)
 
 
 @dataclass
@@ -48,7 +49,7 @@ class TrainConfig:
     """Module names that get adapters."""
     gradient_checkpointing: bool = False
     """Recompute decoder activations in backward (less memory, ~30% more compute)."""
-    rollout_backend: str = "hf"
+    rollout_backend: Literal["hf", "vllm"] = "hf"
     """Who samples the rollouts: ``hf`` (the training model itself) or ``vllm`` (a vLLM engine
     on the same base model that gets the current LoRA adapter before every rollout; needs
     ``lora: true`` and an importable vLLM: the ``[vllm]`` extra on a GPU machine)."""
@@ -88,15 +89,15 @@ class TrainConfig:
     verl's ``truncation: left``), so the oldest history goes first. The paper's A.1 uses 2048
     (ALFWorld) and 4096 (WebShop, search QA). None: the model's context minus max_new_tokens."""
     # -- objective ----------------------------------------------------------------------------
-    algo: str = "grpo"
+    algo: Algo = "grpo"
     """Advantage estimator: grpo, gigpo, rloo or ppo."""
     paw: bool = True
     """World-model co-training on (False: the vanilla RL baseline)."""
-    wm_loss: str = "cmae"
+    wm_loss: Literal["cmae", "mae", "ce"] = "cmae"
     """WM token loss: cmae, mae or ce."""
     alpha: float = 0.75
     """Fraction of transitions (by action entropy) that get the WM loss."""
-    entropy_score: str = "full"
+    entropy_score: Literal["full", "sampled"] = "full"
     """The action entropy that ranks transitions for the WM loss: ``full`` (mean entropy of the
     full next-token distribution at the action tokens; the paper's prose, "action-token
     entropy") or ``sampled`` (−mean q_i log q_i over the sampled tokens' probabilities q_i, the
@@ -134,7 +135,7 @@ class TrainConfig:
     """Upper clip ε (None: symmetric)."""
     kl_coef: float = 0.0
     """k3 KL-to-reference weight (reference = adapters disabled under LoRA)."""
-    rl_agg: str = "token"
+    rl_agg: Literal["token", "sequence"] = "token"
     """RL loss aggregation inside a group: token or sequence."""
     # -- optimisation -------------------------------------------------------------------------
     total_steps: int = 150
@@ -163,7 +164,7 @@ class TrainConfig:
     """AdamW weight decay."""
     warmup_steps: int = 0
     """Linear warm-up (optimizer steps)."""
-    lr_schedule: str = "constant"
+    lr_schedule: Literal["constant", "cosine"] = "constant"
     """constant or cosine (after warm-up)."""
     max_grad_norm: float = 1.0
     """Gradient clipping norm."""
@@ -199,25 +200,13 @@ class TrainConfig:
         """Raise ValueError naming the bad value."""
         def bad(name, allowed):
             return ValueError(f"{name}={getattr(self, name)!r} is invalid; expected {allowed}")
-        _check_scalar_types(self)
-        if self.algo not in ALGOS:
-            raise bad("algo", " | ".join(ALGOS))
-        if self.wm_loss not in ("cmae", "mae", "ce"):
-            raise bad("wm_loss", "cmae | mae | ce")
+        check_field_types(self)  # also the choices of the Literal fields (algo, wm_loss, ...)
         if not 0 < self.alpha <= 1:
             raise bad("alpha", "a number in (0, 1]")
-        if self.entropy_score not in ("full", "sampled"):
-            raise bad("entropy_score", "full | sampled")
         if not 0 <= self.rho <= 1:
             raise bad("rho", "a number in [0, 1]")
         if not 0 < self.gigpo_similarity <= 1:
             raise bad("gigpo_similarity", "a number in (0, 1]")
-        if self.rl_agg not in ("token", "sequence"):
-            raise bad("rl_agg", "token | sequence")
-        if self.lr_schedule not in ("constant", "cosine"):
-            raise bad("lr_schedule", "constant | cosine")
-        if self.rollout_backend not in ("hf", "vllm"):
-            raise bad("rollout_backend", "hf | vllm")
         if self.rollout_backend == "vllm" and not self.lora:
             raise ValueError("rollout_backend='vllm' needs lora: true (the trained LoRA adapter is "
                              "what is synced to the vLLM engine before every rollout)")
@@ -252,17 +241,25 @@ class TrainConfig:
 
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps|xpu(:\d+)?")
 _SCALARS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+_BOOLS = {"true": True, "yes": True, "on": True, "1": True,
+          "false": False, "no": False, "off": False, "0": False}
 
 
-def _check_scalar_types(config: Any) -> None:
-    """Every bool / int / float / str field (optionally None) holds that type: ``paw: 3`` or
-    ``n_groups: 1.5`` is an error, not silently truthy or truncated."""
+def check_field_types(config: Any) -> None:
+    """Every bool / int / float / str field (optionally None) holds that type and every
+    ``Literal`` field one of its choices: ``paw: 3``, ``n_groups: 1.5`` or ``algo: dpo`` is an
+    error naming the field, not silently truthy, truncated or failing later."""
     for name, kind in _field_types(type(config)).items():
         optional, base = _optional_base(kind)
-        if base not in _SCALARS:
-            continue
         value = getattr(config, name)
         if value is None and optional:
+            continue
+        if typing.get_origin(base) is Literal:
+            if value not in typing.get_args(base):
+                raise ValueError(f"{name}={value!r} is invalid; expected "
+                                 + " | ".join(map(str, typing.get_args(base))))
+            continue
+        if base not in _SCALARS:
             continue
         if base is float:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -288,49 +285,157 @@ def _optional_base(kind: Any) -> tuple[bool, Any]:
     return optional, (next((a for a in args if a is not type(None)), kind) if optional else kind)
 
 
-def _parse_value(name: str, raw: str, kind: Any) -> Any:
-    """Turn a CLI string into the field's type (``none`` → None for optional fields)."""
+# -- text → field values (the CLI flags, and strings in a YAML config) ------------------------
+
+def parse_value(raw: str, kind: Any) -> Any:
+    """``raw`` as a value of the field type ``kind``, or a ValueError saying what was expected.
+
+    ``none`` is None for an optional type; ``true|false`` (also yes/no, on/off, 1/0) a bool; a
+    list takes ``a,b`` or ``[a, b]``; a mapping ``{key: value}`` or ``key=value,key=value``
+    (:func:`parse_mapping`); ``Any`` is read as YAML.
+    """
+    optional, base = _optional_base(kind)
+    text = raw.strip()
+    if optional and text.lower() in ("none", "null"):
+        return None
+    origin = typing.get_origin(base) or base
+    if origin is dict:
+        return parse_mapping(raw)  # its errors name the bad item
+    try:
+        if origin is Literal:
+            if text not in map(str, typing.get_args(base)):
+                raise ValueError(text)
+            return next(choice for choice in typing.get_args(base) if str(choice) == text)
+        if base is bool:
+            return _BOOLS[text.lower()]
+        if base in (int, float):
+            return base(text)
+        if base is str:
+            return raw
+        if origin is list:
+            (item_kind,) = typing.get_args(base) or (Any,)
+            return [parse_value(str(item), item_kind) for item in _list_items(text)]
+    except (ValueError, KeyError):
+        raise ValueError(f"expected {describe_type(kind)}, got {raw!r}") from None
     import yaml
 
+    return yaml.safe_load(raw)
+
+
+def _list_items(text: str) -> list[Any]:
+    if text.startswith("["):
+        import yaml
+
+        try:
+            items = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise ValueError(text) from None
+        if not isinstance(items, list):
+            raise ValueError(text)
+        return items
+    return _split_top_level(text)
+
+
+def parse_mapping(text: str) -> dict[str, Any]:
+    """The one env-kwargs syntax: a YAML / JSON mapping (``{split: test, n_items: 8}``) or
+    ``key=value[,key=value]`` pairs whose values are read as YAML (``n=8`` is an int,
+    ``x=none`` None, ``tasks=[a, b]`` a list). A ValueError names the bad item."""
+    import yaml
+
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            mapping = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            raise ValueError(f"{text!r} is not a valid YAML mapping "
+                             f"({getattr(error, 'problem', None) or error})") from None
+        if not isinstance(mapping, dict):
+            raise ValueError(f"{text!r} is not a mapping like {{split: test}}")
+        return mapping
+    mapping = {}
+    for item in _split_top_level(text):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"item {item!r} is not key=value (give key=value[,key=value] or a "
+                             "YAML mapping like '{split: test}')")
+        try:
+            mapping[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:  # text YAML cannot read (e.g. "@x") stays a string
+            mapping[key.strip()] = value.strip()
+    return mapping
+
+
+def _split_top_level(text: str) -> list[str]:
+    """``text`` cut at the commas outside brackets, braces and quotes (``a=[1, 2],b=3`` is two
+    items), without blank items."""
+    items, depth, quote, start = [], 0, "", 0
+    for index, char in enumerate(text):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in "[{(":
+            depth += 1
+        elif char in "]})":
+            depth -= 1
+        elif char == "," and depth == 0:
+            items.append(text[start:index])
+            start = index + 1
+    items.append(text[start:])
+    return [item.strip() for item in items if item.strip()]
+
+
+def describe_type(kind: Any) -> str:
+    """What a value of ``kind`` looks like, for error messages: ``int | None`` → "an integer or
+    none"."""
     optional, base = _optional_base(kind)
-    if optional and raw.strip().lower() in ("none", "null"):
-        return None
-    value = yaml.safe_load(raw)  # true/false, numbers, [lists], {dicts}
-    if isinstance(value, str):
-        try:  # YAML 1.1 reads "5e-5" (no dot) as a string
-            value = float(raw) if "." in raw or "e" in raw.lower() else int(raw)
-        except ValueError:
-            pass
     origin = typing.get_origin(base) or base
-    if origin is bool and not isinstance(value, bool):
-        raise ValueError(f"--{name} expects true or false, got {raw!r}")
-    if origin in (int, float) and not isinstance(value, (int, float)):
-        raise ValueError(f"--{name} expects a number, got {raw!r}")
-    if origin is str:
-        return raw
-    if origin is float:
-        return float(value)
-    return value
+    if origin is Literal:
+        text = "one of " + " | ".join(map(str, typing.get_args(base)))
+    elif origin is list:
+        text = "a list like a,b or [a, b]"
+    elif origin is dict:
+        text = "a mapping like key=value,key=value or '{key: value}'"
+    else:
+        text = _SCALARS.get(base, "a YAML value")
+    return text + (" or none" if optional else "")
 
 
-def add_config_flags(parser: argparse.ArgumentParser, cls: type = TrainConfig) -> None:
-    """One ``--name VALUE`` flag per field of ``cls`` (default: not given)."""
-    group = parser.add_argument_group("config overrides (win over the YAML file)")
-    docs = field_docs(cls)
-    for f in dataclasses.fields(cls):
-        group.add_argument(f"--{f.name}", dest=f"cfg_{f.name}", default=None, metavar="VALUE",
-                           help=docs.get(f.name, "").replace("%", "%%"))
+def type_metavar(kind: Any) -> str:
+    """The placeholder ``--help`` shows for a value of ``kind``: INT, FLOAT, STR, true|false,
+    {a,b}, KEY=VALUE[,...]; a list shows its item's (``|none`` appended when it is
+    optional)."""
+    optional, base = _optional_base(kind)
+    origin = typing.get_origin(base) or base
+    if origin is Literal:
+        text = "{" + ",".join(map(str, typing.get_args(base))) + "}"
+    elif origin is list:  # argparse shows several: STR [STR ...]
+        (item_kind,) = typing.get_args(base) or (Any,)
+        text = type_metavar(item_kind)
+    elif origin is dict:
+        text = "KEY=VALUE[,...]"
+    else:
+        text = {bool: "true|false", int: "INT", float: "FLOAT", str: "STR"}.get(base, "VALUE")
+    return text + ("|none" if optional else "")
 
 
-def overrides_from_args(args: argparse.Namespace, cls: type = TrainConfig) -> dict[str, Any]:
-    """The ``--name VALUE`` flags that were given, parsed to their field types."""
-    kinds = typing.get_type_hints(cls)
-    out = {}
-    for f in dataclasses.fields(cls):
-        raw = getattr(args, f"cfg_{f.name}", None)
-        if raw is not None:
-            out[f.name] = _parse_value(f.name, raw, kinds[f.name])
-    return out
+def format_value(value: Any) -> str:
+    """``value`` written the way :func:`parse_value` reads it back (for ``--help`` defaults and
+    for turning a config into flags): true/false, none, ``a,b`` lists, ``{k: v}`` mappings."""
+    import yaml
+
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        items = [format_value(item) for item in value]
+        if all(item and "," not in item and not item.startswith("[") for item in items):
+            return ",".join(items)
+        return yaml.safe_dump(value, default_flow_style=True, width=10**9).strip()
+    if isinstance(value, dict):
+        return yaml.safe_dump(value, default_flow_style=True, width=10**9).strip()
+    return str(value)
 
 
 #: The ``${VARIABLES}`` the paper configs read their data from, and what each must hold.
@@ -371,7 +476,9 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
                 cls: type = TrainConfig):
     """Build ``cls`` from a YAML file (optional) and overrides; unknown keys are an error.
     ``${NAME}`` in the file's string values is read from the environment (see
-    :func:`expand_variables`)."""
+    :func:`expand_variables`). An override replaces the file's value, except that a mapping
+    (``env_kwargs``) is merged key by key over the file's, so ``--env_kwargs split=test`` keeps
+    the file's ``data_dir``."""
     import yaml
 
     values: dict[str, Any] = {}
@@ -389,16 +496,26 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         if not isinstance(loaded, dict):
             raise ValueError(f"{path}: expected a mapping of field: value, got {type(loaded).__name__}")
         values.update({k: expand_variables(v, f"{path}: {k}") for k, v in loaded.items()})
-    values.update(overrides or {})
-    kinds = typing.get_type_hints(cls)
-    for name, value in values.items():
-        if isinstance(value, str) and name in kinds:  # e.g. "lr: 5e-5" in a YAML file
-            values[name] = _parse_value(name, value, kinds[name])
+    for name, value in (overrides or {}).items():
+        earlier = values.get(name)
+        values[name] = {**earlier, **value} if isinstance(earlier, dict) and \
+            isinstance(value, dict) else value
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
         raise ValueError(f"unknown config key(s) {unknown}; known keys: {sorted(known)}")
-    return cls(**values)
+    kinds = _field_types(cls)
+    for name, value in values.items():
+        # e.g. "lr: 5e-5", which YAML 1.1 reads as a string (a bad choice is named by the check)
+        if isinstance(value, str) and typing.get_origin(_optional_base(kinds[name])[1]) \
+                is not Literal:
+            try:
+                values[name] = parse_value(value, kinds[name])
+            except ValueError as error:
+                raise ValueError(f"{name}: {error}") from None
+    config = cls(**values)
+    check_field_types(config)  # TrainConfig checks itself; SFTConfig, DemoConfig ... here
+    return config
 
 
 def save_config(config, path: str | Path) -> None:

@@ -157,22 +157,42 @@ def _budget_chunks(order: list[int], samples: list, budget: int) -> list[list[in
 def record_expert_demos(env_id: str, episodes: int, out_dir: str | Path, *, seed: int = 0,
                         max_steps: int | None = None, progress: bool = False,
                         epsilon: float = 0.0, **env_settings: Any) -> Path:
-    """Play ``episodes`` expert episodes on ``env_id`` through ``RecordTransitions`` into a
-    WMReplay at ``out_dir`` (task seeds ``seed .. seed + episodes − 1``); ``epsilon``: the
-    chance of a random admissible action at each step (see :class:`ExpertAgent`)."""
+    """Record expert episodes into the WMReplay at ``out_dir`` (see
+    :func:`record_expert_episodes`) and return ``out_dir``."""
+    record_expert_episodes(env_id, episodes, out_dir, seed=seed, max_steps=max_steps,
+                           progress=progress, epsilon=epsilon, **env_settings)
+    return Path(out_dir)
+
+
+def record_expert_episodes(env_id: str, episodes: int, out_dir: str | Path, *, seed: int = 0,
+                           max_steps: int | None = None, progress: bool = False,
+                           epsilon: float = 0.0, **env_settings: Any) -> tuple[int, int]:
+    """Play ``episodes`` expert episodes on ``env_id`` through ``RecordTransitions`` (task seeds
+    ``seed .. seed + episodes − 1``; ``epsilon``: the chance of a random admissible action at
+    each step, see :class:`ExpertAgent`) and add them to the WMReplay at ``out_dir``.
+
+    An episode whose trajectory (task, h, a, o_next: ``wrappers.replay.trajectory_key``) the
+    replay already holds is not added again, so recording the same seeds twice (``paw-gym sft
+    --record_env`` run twice) does not train on every episode twice. Returns ``(episodes added,
+    episodes skipped as already recorded)``.
+    """
     from agents.baselines import ExpertAgent
     from agents.envs import make_agent_env
     from agents.rollout import rollout
     from wrappers import RecordTransitions, WMReplay
+    from wrappers.replay import trajectory_key
 
     out = Path(out_dir)
-    replay = WMReplay(out)
-    try:
-        rollout(ExpertAgent(epsilon), lambda: RecordTransitions(make_agent_env(env_id, **env_settings),
-                                                         replay),
-                episodes, 1, seed=seed, task_seeds=list(range(seed, seed + episodes)),
-                max_steps=max_steps, progress=progress)
-    finally:
-        replay.close()
-    return out
-
+    recorded = {trajectory_key(steps) for steps in WMReplay.load(out).episodes().values()} \
+        if out.is_dir() else set()
+    # Played into memory first: only the episodes that are new reach the replay on disk.
+    played = WMReplay()
+    rollout(ExpertAgent(epsilon), lambda: RecordTransitions(make_agent_env(env_id, **env_settings),
+                                                         played),
+            episodes, 1, seed=seed, task_seeds=list(range(seed, seed + episodes)),
+            max_steps=max_steps, progress=progress)
+    new = [steps for steps in played.episodes().values() if trajectory_key(steps) not in recorded]
+    with WMReplay(out) as replay:
+        for steps in new:
+            replay.extend(steps)
+    return len(new), len(played.episodes()) - len(new)

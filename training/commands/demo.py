@@ -6,27 +6,25 @@ from pathlib import Path
 
 
 def add_parser(subparsers) -> None:
-    from training.config import add_config_flags
+    from training.cli import add_command
     from training.demo import DemoConfig
 
-    parser = subparsers.add_parser(
-        "demo", help="end-to-end offline demo on CPU: pretrained tiny model, GRPO + PaW, "
-                     "held-out success before/after",
+    add_command(
+        subparsers, "demo", config=DemoConfig,
+        help="end-to-end offline demo on CPU: pretrained tiny model, GRPO + PaW, held-out "
+             "success before/after",
         description="Records noisy-expert demos, builds a tiny model pretrained on them (cached "
                     "under $PAW_GYM_CACHE), trains GRPO + PaW on an embedded env and writes "
                     "per-task before/after tables on held-out tasks and curves to runs/demo/ "
                     "(about 6 minutes on 2 CPU cores the first time, 2 once the base is "
-                    "cached).")
-    parser.add_argument("--config", default=None, help="YAML file of DemoConfig fields")
-    add_config_flags(parser, DemoConfig)
-    parser.set_defaults(func=run)
+                    "cached).").set_defaults(func=run)
 
 
 def run(args) -> int:
-    from training.cli import config_from_args
+    from training.cli import arguments_from
     from training.demo import DemoConfig, run_demo
 
-    config = config_from_args(args, DemoConfig)
+    config = arguments_from(args, DemoConfig)
     summary = run_demo(config)
     results = (Path(config.output_dir) / "results.md").read_text(encoding="utf-8")
     print(results.split("## training-pool")[0].rstrip())

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("envs", help="list registered text environments")
-    parser.set_defaults(func=run)
+    from training.cli import add_command
+
+    add_command(subparsers, "envs", help="list registered text environments").set_defaults(
+        func=run)
 
 
 def run(args) -> int:

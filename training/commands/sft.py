@@ -2,37 +2,56 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class SFTArguments:
+    """Expert episodes to record into --replay before fine-tuning."""
+
+    record_env: str | None = None
+    """First record expert episodes of this env id into --replay (an episode the replay already
+    holds is not added again, so running twice does not duplicate the data)."""
+    episodes: int = 200
+    """Expert episodes to record with --record_env (task seeds seed .. seed+episodes-1)."""
+    split: str | None = None
+    """Env split for --record_env (e.g. train; none: the env's default)."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Other env constructor arguments for --record_env: key=value[,key=value] or a YAML
+    mapping."""
+
 
 def add_parser(subparsers) -> None:
-    from training.config import add_config_flags
+    from training.cli import add_command
     from training.sft import SFTConfig
 
-    parser = subparsers.add_parser(
-        "sft", help="supervised fine-tuning on expert transitions from a WMReplay",
-        description="Record expert demos (--record-env) and/or fine-tune on a replay.")
-    parser.add_argument("--config", default=None, help="YAML file of SFTConfig fields")
-    parser.add_argument("--record-env", default=None, metavar="ENV_ID",
-                        help="first record expert episodes of this env into --replay")
-    parser.add_argument("--episodes", type=int, default=200,
-                        help="expert episodes to record with --record-env (default 200)")
-    parser.add_argument("--split", default=None, help="env split for --record-env (e.g. train)")
-    add_config_flags(parser, SFTConfig)
-    parser.set_defaults(func=run)
+    add_command(subparsers, "sft", SFTArguments, config=SFTConfig,
+                help="supervised fine-tuning on expert transitions from a WMReplay",
+                description="Record expert demos (--record_env) and/or fine-tune on a replay."
+                ).set_defaults(func=run)
 
 
 def run(args) -> int:
-    from training.cli import UserError, config_from_args, require_writable
-    from training.sft import SFTConfig, record_expert_demos, run_sft
+    from training.cli import UserError, arguments_from, check_env, require_writable
+    from training.sft import SFTConfig, record_expert_episodes, run_sft
 
-    config = config_from_args(args, SFTConfig)
+    config = arguments_from(args, SFTConfig)
+    recording = arguments_from(args, SFTArguments)
+    if recording.episodes < 1:
+        raise UserError(f"--episodes must be >= 1, got {recording.episodes}")
+    env_kwargs = {**recording.env_kwargs,
+                  **({"split": recording.split} if recording.split else {})}
+    if recording.record_env:
+        check_env(recording.record_env, env_kwargs)
     require_writable(config.output_dir, "--output_dir")
-    if args.record_env:
+    if recording.record_env:
         require_writable(config.replay, "--replay")
-    if args.record_env:
-        extra = {"split": args.split} if args.split else {}
-        path = record_expert_demos(args.record_env, args.episodes, config.replay,
-                                   seed=config.seed, progress=config.progress, **extra)
-        print(f"recorded {args.episodes} expert episodes into {path}")
+        added, skipped = record_expert_episodes(
+            recording.record_env, recording.episodes, config.replay, seed=config.seed,
+            progress=config.progress, **env_kwargs)
+        print(f"recorded {added} expert episodes into {config.replay}"
+              + (f" ({skipped} already there, not added again)" if skipped else ""))
     try:
         out, history = run_sft(config)
     except (ValueError, FileNotFoundError) as error:

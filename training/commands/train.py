@@ -2,38 +2,44 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TrainArguments:
+    """Where ``paw-gym train`` starts from."""
+
+    resume: str | None = field(default=None, metadata={"nargs": "?", "const": "latest"})
+    """Continue from a checkpoint directory (--resume alone: the latest one in output_dir)."""
+
 
 def add_parser(subparsers) -> None:
-    from training.config import add_config_flags
+    from training.cli import add_command
+    from training.config import TrainConfig
 
-    parser = subparsers.add_parser(
-        "train", help="train a policy with GRPO/GiGPO/RLOO/PPO (+ PaW world-model co-training)",
-        description="Every TrainConfig field is a flag: paw-gym train --config configs/x.yaml "
-                    "--algo gigpo --paw true ...")
-    parser.add_argument("--config", default=None, help="YAML file of TrainConfig fields")
-    parser.add_argument("--resume", nargs="?", const="latest", default=None, metavar="CKPT",
-                        help="continue from a checkpoint directory (no value: the latest one "
-                             "in output_dir)")
-    add_config_flags(parser)
-    parser.set_defaults(func=run)
+    add_command(subparsers, "train", TrainArguments, config=TrainConfig,
+                help="train a policy with GRPO/GiGPO/RLOO/PPO (+ PaW world-model co-training)",
+                description="Every TrainConfig field is a flag: paw-gym train --config "
+                            "configs/x.yaml --algo gigpo --paw true ... (flags win over the "
+                            "file).").set_defaults(func=run)
 
 
 def run(args) -> int:
     from pathlib import Path
 
-    from training.cli import UserError, config_from_args, require_writable
+    from training.cli import UserError, arguments_from, check_env, require_writable
     from training.config import TrainConfig
 
-    config = config_from_args(args, TrainConfig)
-    from agents.envs import check_env_settings  # gymnasium, torch: once the config is valid
-    from agents.hf_policy import check_model_source
+    config = arguments_from(args, TrainConfig)
+    resume = arguments_from(args, TrainArguments).resume
+    check_env(config.env_id, config.env_kwargs)
+    from agents.hf_policy import check_model_source  # torch: once the config is valid
     from training.checkpoint import CheckpointError, check_output_dir
 
-    resume = True if args.resume == "latest" else args.resume
+    resume = True if resume == "latest" else resume
     # Everything a user can get wrong, before the model loads and before any file is touched.
     try:
         check_output_dir(config.output_dir, bool(resume), config.overwrite_output_dir)
-        check_env_settings(config.env_id, config.env_kwargs)
         check_model_source(config.model)
         if config.init_checkpoint and not Path(config.init_checkpoint).is_dir():
             raise FileNotFoundError(f"init_checkpoint {config.init_checkpoint!r} is not a folder")
