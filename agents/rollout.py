@@ -76,7 +76,7 @@ def rollout(
 
 
 def _run(agent: Agent, envs, group_size, seeds, options, sampling, rng, max_steps, progress):
-    from tqdm.auto import tqdm
+    from paw_gym.progress import progress_bar
 
     prompts, infos, trajectories = [], [], []
     for index, env in enumerate(envs):
@@ -90,7 +90,7 @@ def _run(agent: Agent, envs, group_size, seeds, options, sampling, rng, max_step
                                        initial_observation=str(info.get("raw_observation",
                                                                         prompt))))
     live = list(range(len(envs)))
-    bar = tqdm(desc="rollout steps", unit="step", disable=not progress)
+    bar = progress_bar(desc="rollout steps", unit="step", disable=not progress)
     step = 0
     while live:
         outputs = agent.decide([prompts[i] for i in live], [infos[i] for i in live],

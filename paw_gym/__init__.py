@@ -13,6 +13,8 @@ from paw_gym.core import (
     INFO_KEYS,
     MAX_ACTION_LENGTH,
     MAX_OBSERVATION_LENGTH,
+    Task,
+    TaskList,
     TextEnv,
     TextSpace,
 )
@@ -25,6 +27,8 @@ __all__ = [
     "INFO_KEYS",
     "MAX_ACTION_LENGTH",
     "MAX_OBSERVATION_LENGTH",
+    "Task",
+    "TaskList",
     "TextEnv",
     "TextAdapter",
     "TextSpace",

@@ -20,7 +20,9 @@ contract of DESIGN.md (``admissible_actions``, ``won``, ``task_id``, ``task_type
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
 import gymnasium as gym
 import numpy as np
@@ -39,6 +41,37 @@ SAMPLE_CHARSET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789
 
 #: Keys every ``info`` dict of a PaW env carries (DESIGN.md, "Contracts").
 INFO_KEYS = ("admissible_actions", "won", "task_id", "task_type", "invalid_action")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One item of an env's split: ``env.reset(options=task.options)`` starts it."""
+
+    options: Mapping[str, Any]
+    """The reset options that pick this task (e.g. ``{"goal_index": 17}``)."""
+    task_type: str
+    """Its ``info["task_type"]``, known before the episode starts (evaluation stratifies by it)."""
+
+
+class TaskList(Sequence):
+    """A split's tasks as a read-only sequence, built on access (WebShop's train split has
+    hundreds of thousands): ``TaskList(len(goals), lambda i: Task({"goal_index": i}, ...))``."""
+
+    def __init__(self, size: int, task: Callable[[int], Task]):
+        self._size, self._task = int(size), task
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._size))]
+        if not -self._size <= index < self._size:
+            raise IndexError(f"task index {index} is outside 0..{self._size - 1}")
+        return self._task(index % self._size)
+
+    def __repr__(self) -> str:
+        return f"TaskList({self._size} tasks)"
 
 
 class TextSpace(spaces.Text):
@@ -87,6 +120,9 @@ class TextEnv(gym.Env[str, str]):
     metadata = {"render_modes": ["ansi", "human"]}
     #: Default ``info["task_type"]`` for this env (the per-task evaluation key).
     task_type: str = "default"
+    #: The ``split`` argument that holds the held-out tasks (what evaluation plays by
+    #: default); None for an env without splits.
+    held_out_split: str | None = None
 
     def __init__(self, render_mode: str | None = None):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -111,6 +147,13 @@ class TextEnv(gym.Env[str, str]):
         base class answers non-text and over-long actions with ``_step("")``).
         """
         raise NotImplementedError
+
+    def tasks(self) -> Sequence[Task] | None:
+        """The tasks of this env's split, each started by ``reset(options=task.options)``, so
+        that evaluation can play every one exactly once. None (the default) for an env whose
+        tasks are generated from the reset seed without end (random maps, card deals):
+        evaluation then plays consecutive seeds."""
+        return None
 
     # -- Gymnasium API ----------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):

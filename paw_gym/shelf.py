@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paw_gym.core import TextEnv
+from paw_gym.core import Task, TaskList, TextEnv
 
 COLOURS = ("red", "blue", "green", "yellow", "black", "white", "pink", "brown")
 OBJECTS = ("mug", "hat", "sock", "lamp", "book", "shirt", "bag", "clock")
@@ -43,6 +43,8 @@ class ShelfEnv(TextEnv):
         shelf_sizes: shelf lengths a task draws from; the task type is ``"<n> items"``.
     """
 
+    held_out_split = "test"
+
     def __init__(self, split: str = "train", shelf_sizes: tuple[int, ...] = (3, 4, 5),
                  render_mode: str | None = None):
         super().__init__(render_mode=render_mode)
@@ -54,13 +56,26 @@ class ShelfEnv(TextEnv):
         self.split, self.shelf_sizes = split, sizes
 
     # -- task -------------------------------------------------------------------------------
+    def tasks(self) -> TaskList:
+        """Every (target item, shelf size) pair of the split; the other items on the shelf and
+        their order come from the reset seed."""
+        targets, sizes = SPLITS[self.split], self.shelf_sizes
+        return TaskList(len(targets) * len(sizes), lambda i: Task(
+            {"target": targets[i // len(sizes)], "shelf_size": sizes[i % len(sizes)]},
+            f"{sizes[i % len(sizes)]} items"))
+
     def _reset(self, options: dict[str, Any]):
         rng = self.np_random
         self.target = str(options.get("target") or rng.choice(SPLITS[self.split]))
         if self.target not in ITEMS:
             raise ValueError(f"options['target']={self.target!r} is not an item; items are "
                              f"'<colour> <object>' with colours {COLOURS} and objects {OBJECTS}")
-        size = int(rng.choice(self.shelf_sizes))
+        size = int(rng.choice(self.shelf_sizes))  # drawn even when given: same shelf per seed
+        if options.get("shelf_size") is not None:
+            size = options["shelf_size"]
+            if size not in self.shelf_sizes:
+                raise ValueError(f"options['shelf_size']={size!r} is not one of this env's "
+                                 f"shelf_sizes {self.shelf_sizes}")
         others = [item for item in ITEMS if item != self.target]
         shelf = [str(x) for x in rng.choice(others, size=size - 1, replace=False)] + [self.target]
         self.shelf = [shelf[i] for i in rng.permutation(size)]

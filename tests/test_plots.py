@@ -65,6 +65,16 @@ def test_panels_have_titles_units_and_leave_out_a_constant_metric(tmp_path):
     assert fig.get_suptitle() == "run: GRPO + PaW on PaW/Shelf-v0 (nano)"
 
 
+def test_a_success_rate_stuck_at_zero_keeps_its_panel(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": step, "success": 0.0, "kl": 0.0, "reward": step}) + "\n"
+        for step in STEPS))
+    shown = panels(make_figure([one(load_run(run))], smooth=0.0))
+    assert "success" in shown and "kl" not in shown
+
+
 def test_fractions_are_shown_in_percent(tmp_path):
     fig = make_figure([one(load_run(write_run(tmp_path / "run")))], smooth=0.0)
     success, invalid = panels(fig)["success"], panels(fig)["invalid_frac"]

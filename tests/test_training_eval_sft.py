@@ -54,11 +54,32 @@ def test_write_tables_markdown_json_csv(tmp_path):
 
 
 def test_expert_eval_through_the_cli(tmp_path, capsys):
-    assert main(["eval", "--env", ENV, "--agent", "expert", "--episodes", "6",
+    assert main(["eval", "--env", ENV, "--agent", "expert", "--limit", "6",
                  "--out", str(tmp_path), "--name", "expert"]) == 0
     data = json.loads((tmp_path / "expert.json").read_text())
     assert data["rows"][-1]["success"] == 100.0 and data["rows"][-1]["episodes"] == 6
+    assert data["meta"]["split"] is None and data["meta"]["task_seeds"] == list(range(6))
     assert "expert on Test/GuessNumber-v0" in capsys.readouterr().out
+    # the same tables again are refused; another name is fine
+    assert main(["eval", "--env", ENV, "--agent", "expert", "--limit", "6",
+                 "--out", str(tmp_path), "--name", "expert"]) == 2
+    assert "expert.md already exists" in capsys.readouterr().err
+
+
+def test_eval_defaults_to_the_held_out_split_and_names_bad_values(tmp_path, capsys):
+    assert main(["eval", "--env", "PaW/Shelf-v0", "--agent", "random", "--out",
+                 str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "random_Shelf-v0_test.json").read_text())
+    assert data["meta"]["split"] == "test" and data["meta"]["episodes"] == 48
+    assert main(["eval", "--env", "PaW/Shelf-v0", "--agent", "random", "--split", "nope",
+                 "--out", str(tmp_path)]) == 2
+    assert "split 'nope'" in capsys.readouterr().err
+    assert main(["eval", "--env", "PaW/Shelf", "--agent", "random"]) == 2
+    assert "did you mean PaW/Shelf-v0" in capsys.readouterr().err
+    assert main(["eval", "--env", "Test/GuessNumber-v0", "--split", "test", "--agent",
+                 "random"]) == 2
+    assert "env_kwargs ['split'] are not arguments of Test/GuessNumber-v0" in \
+        capsys.readouterr().err
 
 
 def test_cli_reports_bad_config_without_traceback(tmp_path, capsys):
@@ -105,9 +126,11 @@ def test_train_command_and_eval_of_its_checkpoint(tiny_model_dir, tmp_path):
                       f"device: cpu\nprogress: false\noutput_dir: {tmp_path / 'run'}\n")
     assert main(["train", "--config", str(config), "--algo", "gigpo", "--lora", "true"]) == 0
     checkpoint = next((tmp_path / "run" / "checkpoints").iterdir())
-    assert main(["eval", "--env", ENV, "--checkpoint", str(checkpoint), "--episodes", "2",
-                 "--max-new-tokens", "8", "--max-steps", "2", "--out", str(tmp_path)]) == 0
-    assert json.loads((tmp_path / "eval.json").read_text())["rows"][-1]["episodes"] == 2
+    assert main(["eval", "--checkpoint", str(checkpoint), "--limit", "2", "--out",
+                 str(tmp_path), "--name", "eval"]) == 0
+    meta = json.loads((tmp_path / "eval.json").read_text())["meta"]
+    assert meta["episodes"] == 2 and meta["env_id"] == ENV and meta["checkpoint_step"] == 1
+    assert meta["max_new_tokens"] == 8 and meta["settings"]["max_steps"] == 2
 
 
 def test_env_kwargs_named_like_rollout_arguments_reach_the_env():

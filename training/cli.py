@@ -44,6 +44,7 @@ COMMAND_MODULES = [
     "training.commands.eval",
     "training.commands.sft",
     "training.commands.demo",
+    "training.commands.plot",
 ]
 
 T = TypeVar("T")

@@ -171,6 +171,20 @@ class TrainConfig:
     logits_chunk: int = 512
     """Positions per LM-head chunk in the training pass: the head's transient memory is about
     ``3 × logits_chunk × vocab × 4`` bytes (≈ 0.9 GB for Qwen2.5's 152k vocabulary at 512)."""
+    # -- validation -------------------------------------------------------------------------
+    val_every: int = 0
+    """Evaluate on the held-out split every N updates (0: never), logged as ``val_*`` metrics
+    (``val_success``, ``val_score``, ``val_invalid_frac``, ...; per task type
+    ``val_success/<type>``) in the update's metrics record (verl-agent's ``test_freq``)."""
+    val_before_train: bool = False
+    """Also evaluate before the first update (logged at step 0)."""
+    val_split: str = "held-out"
+    """Split played by validation: ``held-out`` (the env's held-out split) or a split name."""
+    val_limit: int | None = None
+    """Tasks per validation: a stratified subset of the split (None: every task once; an env
+    that generates tasks from seeds plays 100)."""
+    val_temperature: float | None = None
+    """Validation sampling temperature (None: 0.4, search QA 0.0, as the paper validates)."""
     # -- bookkeeping --------------------------------------------------------------------------
     seed: int = 0
     """One seed for Python, NumPy, torch and the envs."""
@@ -191,7 +205,9 @@ class TrainConfig:
     wandb_project: str = "paw-gym"
     """W&B project name."""
     progress: bool = True
-    """Show a progress bar."""
+    """Show a progress bar (in a terminal; a log file gets plain lines instead)."""
+    log_every: int = 1
+    """Print one line of the update's main metrics every N updates (0: never)."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -237,6 +253,12 @@ class TrainConfig:
             raise bad("max_prompt_len", "an integer >= 1 or none")
         if self.entropy_coef < 0:
             raise bad("entropy_coef", "a number >= 0")
+        if self.log_every < 0:
+            raise bad("log_every", "an integer >= 0 (0: no metrics lines)")
+        if self.val_every < 0:
+            raise bad("val_every", "an integer >= 0 (0: no validation)")
+        if self.val_limit is not None and self.val_limit < 1:
+            raise bad("val_limit", "an integer >= 1 or none (every task)")
 
 
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps|xpu(:\d+)?")

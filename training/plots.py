@@ -164,9 +164,14 @@ def shown_runs(series: Series, key: str) -> tuple[Run, ...]:
                  and not (key in WORLD_MODEL_METRICS and is_vanilla(run, key)))
 
 
+#: Panels drawn whenever logged, even flat: a success rate stuck at 0 is the news.
+ALWAYS_SHOWN = frozenset({"reward", "success", "val_success"})
+
+
 def panel_keys(series: Sequence[Series], keys: Sequence[str]) -> list[str]:
-    """The metrics of ``keys`` worth a panel: logged by some shown run and not constant. A
-    validation metric joins its training metric's panel when that panel is drawn."""
+    """The metrics of ``keys`` worth a panel: logged by some shown run and not constant (or in
+    :data:`ALWAYS_SHOWN`). A validation metric joins its training metric's panel when that
+    panel is drawn."""
     drawn = []
     for key in keys:
         values = [v for s in series for run in shown_runs(s, key) for v in points(run, key)[1]]
@@ -174,7 +179,8 @@ def panel_keys(series: Sequence[Series], keys: Sequence[str]) -> list[str]:
             partner = VALIDATION_OF[key]
             values += [v for s in series for run in shown_runs(s, partner)
                        for v in points(run, partner)[1]]
-        if values and (len(values) == 1 or min(values) != max(values)):
+        if values and (key in ALWAYS_SHOWN or len(values) == 1
+                       or min(values) != max(values)):
             drawn.append(key)
     joined = {VALIDATION_OF[key] for key in drawn if key in VALIDATION_OF}
     return [key for key in drawn if key not in joined]

@@ -124,7 +124,7 @@ def run_pretrain(config: PretrainConfig) -> tuple[Path, list[dict[str, Any]]]:
     """Pretrain and save to ``config.output_dir``; returns the path and the mean loss over
     each twentieth of the run."""
     import torch
-    from tqdm.auto import tqdm
+    from paw_gym.progress import progress_bar
 
     from agents.hf_policy import HFPolicy
 
@@ -141,8 +141,8 @@ def run_pretrain(config: PretrainConfig) -> tuple[Path, list[dict[str, Any]]]:
     order: list[int] = []
     history, loss_sum, since = [], 0.0, 0
     every = max(1, config.steps // 20)
-    for step in tqdm(range(1, config.steps + 1), desc="pretraining", unit="step",
-                     disable=not config.progress):
+    for step in progress_bar(range(1, config.steps + 1), desc="pretraining", unit="step",
+                             disable=not config.progress):
         if len(order) < config.batch_size:  # a fresh shuffled pass when the current one runs out
             order = rng.sample(range(len(rows)), len(rows)) + order
         batch = [rows[order.pop()] for _ in range(min(config.batch_size, len(rows)))]

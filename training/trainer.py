@@ -6,6 +6,7 @@ import json
 import math
 import random
 import resource
+import sys
 import time
 import warnings
 from dataclasses import asdict
@@ -16,6 +17,7 @@ import numpy as np
 import torch
 
 from agents.types import Trajectory
+from paw_gym.progress import is_terminal, progress_bar
 from training import checkpoint as ckpt
 from training.batch import collate, token_budget_batches
 from training.config import TrainConfig, save_config
@@ -27,6 +29,11 @@ from training.objective import (ObjectiveSettings, gather_logprobs, micro_batch_
                                 objective_weights)
 from training.rollout_batch import RolloutBatch, build_batch
 from training.value import critic_loss, critic_values
+
+#: Settings that change how a run is shown or stored, not what it computes: a resume may
+#: change them without a warning.
+RUN_ONLY_FIELDS = ("overwrite_output_dir", "progress", "log_every", "tensorboard", "wandb",
+                   "wandb_project")
 
 #: collect(policy, task_seeds, group_size, temperature, seed) -> trajectories grouped by task.
 Collector = Callable[[Any, list[int], int, float, int], list[Trajectory]]
@@ -88,6 +95,9 @@ class PaWTrainer:
         self.step = 0
         self.skipped_updates = 0
         self._warned_cut_prompts = False
+        self._validation_plan = None
+        self.resumed_from: Path | None = None
+        self.resumed_config: dict[str, Any] | None = None
 
     # -- schedule -------------------------------------------------------------------------
     def _optimizer_steps_per_update(self) -> int:
@@ -120,29 +130,103 @@ class PaWTrainer:
         out.mkdir(parents=True, exist_ok=True)
         if resume:
             self._resume(out, resume)
+            self._announce_resume(out)
         save_config(config, out / "config.yaml")
         logger = MetricsLogger(out, tensorboard=config.tensorboard, wandb=config.wandb,
                                wandb_project=config.wandb_project, config=asdict(config),
                                start_step=self.step)
         history = []
-        bar = _progress(config.total_steps, self.step, config.progress)
+        # In a log file the metrics lines say it all; a second, coarser progress line would
+        # only repeat them.
+        bar = progress_bar(total=config.total_steps, initial=self.step, desc="PaW training",
+                           unit="update", disable=not config.progress or (
+                               config.log_every > 0 and not is_terminal()))
         try:
+            if config.val_before_train and self.step == 0:
+                validation = self.validate()
+                logger.log(0, validation)
+                bar.write(metrics_line(0, config.total_steps, validation))
             while self.step < config.total_steps:
                 metrics = self.train_step()
+                if config.val_every and self.step % config.val_every == 0:
+                    metrics.update(self.validate())
                 logger.log(self.step, metrics)
                 history.append({"step": self.step, **metrics})
                 bar.update(1)
                 bar.set_postfix(reward=f"{metrics['reward']:.2f}",
                                 success=f"{metrics['success']:.2f}")
+                if config.log_every and self.step % config.log_every == 0:
+                    bar.write(metrics_line(self.step, config.total_steps, metrics))
                 if config.save_every and self.step % config.save_every == 0:
                     self.save_checkpoint()
             if not config.save_every or self.step % config.save_every:
                 self.save_checkpoint()
+        except KeyboardInterrupt:
+            bar.close()
+            logger.close()
+            plot_curves(out / "metrics.jsonl", out / "curves.png")
+            print(self._interrupt_report(out), file=sys.stderr, flush=True)
+            raise
         finally:
             bar.close()
             logger.close()
         plot_curves(out / "metrics.jsonl", out / "curves.png")
         return history
+
+    def validate(self) -> dict[str, float]:
+        """Play the validation tasks (``val_split``, ``val_limit``; the same tasks every time)
+        with the current policy; ``val_*`` metrics, success-like ones as fractions."""
+        from training.collect import prompt_settings
+        from training.evaluate import evaluate, plan_evaluation
+
+        config = self.config
+        env_kwargs = {k: v for k, v in config.env_kwargs.items() if k != "split"}
+        if self._validation_plan is None:
+            self._validation_plan = plan_evaluation(
+                config.env_id, split=config.val_split, limit=config.val_limit, seed=0,
+                env_kwargs=env_kwargs)
+        result = evaluate(self._rollout_policy(), config.env_id, self._validation_plan,
+                          temperature=config.val_temperature,
+                          max_new_tokens=config.max_new_tokens,
+                          max_steps=config.max_episode_steps, seed=config.seed,
+                          env_kwargs=env_kwargs, **prompt_settings(config))
+        overall = result.row()
+        metrics = {"val_success": overall.success / 100, "val_score": overall.score / 100,
+                   "val_return": overall.mean_return, "val_episode_length": overall.mean_steps,
+                   "val_invalid_frac": overall.invalid / 100, "val_episodes": overall.episodes}
+        for row in result.rows[:-1]:
+            metrics[f"val_success/{row.task_type}"] = row.success / 100
+        return metrics
+
+    def _announce_resume(self, out: Path) -> None:
+        """Say where the run continues, and warn (keeping the old ``config.yaml``) when the
+        given settings differ from those the checkpoint was trained with."""
+        config = self.config
+        print(f"resuming {out} from {self.resumed_from.name}: step {self.step} of "
+              f"{config.total_steps}", file=sys.stderr, flush=True)
+        recorded = self.resumed_config or {}
+        current = asdict(config)
+        changed = {k: (recorded[k], current[k]) for k in sorted(current)
+                   if k in recorded and recorded[k] != current[k] and k not in RUN_ONLY_FIELDS}
+        if not changed:
+            return
+        kept = out / f"config.before-step-{self.step:06d}.yaml"
+        if (out / "config.yaml").is_file() and not kept.exists():
+            kept.write_text((out / "config.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+        listing = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
+        warnings.warn(f"--resume with settings that differ from the checkpoint's ({listing}); "
+                      f"the run continues with the new ones, and the previous config.yaml is "
+                      f"kept as {kept.name}", RuntimeWarning, stacklevel=3)
+
+    def _interrupt_report(self, out: Path) -> str:
+        """What an interrupted run has on disk and how to continue it."""
+        saved = ckpt.checkpoints_newest_first(out)
+        if not saved:
+            return (f"interrupted at step {self.step}: no checkpoint was saved yet (save_every="
+                    f"{self.config.save_every}); metrics and curves are in {out}")
+        return (f"interrupted at step {self.step}; the last checkpoint is {saved[0]}; metrics "
+                f"and curves are in {out}.\nContinue with: paw-gym train --config "
+                f"{out / 'config.yaml'} --resume")
 
     def train_step(self) -> dict[str, Any]:
         """One rollout + update; increments :attr:`step`."""
@@ -407,6 +491,7 @@ class PaWTrainer:
         ckpt.restore_rng(load_file(str(path / "rng.safetensors")), state["rng"])
         self.step = int(state["step"])
         self.skipped_updates = int(state.get("skipped_updates", 0))
+        self.resumed_from, self.resumed_config = path, state.get("config")
 
 
 def _peak_memory_mb(device: torch.device) -> float:
@@ -415,8 +500,19 @@ def _peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def _progress(total: int, initial: int, enabled: bool):
-    from tqdm.auto import tqdm
+#: Metrics shown by :func:`metrics_line`, with their label and whether they are fractions
+#: (shown in %).
+LINE_METRICS = (("reward", "reward", False), ("success", "success", True),
+                ("invalid_frac", "invalid", True), ("policy_loss", "pg_loss", False),
+                ("wm_loss", "wm_loss", False), ("action_entropy", "entropy", False),
+                ("val_success", "val_success", True), ("update_time", "update_s", False))
 
-    return tqdm(total=total, initial=initial, desc="PaW training", unit="step",
-                disable=not enabled, dynamic_ncols=True)
+
+def metrics_line(step: int, total: int, metrics: dict[str, Any]) -> str:
+    """One readable line of an update's main metrics (the ones it has)."""
+    parts = [f"step {step}/{total}"]
+    for key, label, percent in LINE_METRICS:
+        value = metrics.get(key)
+        if isinstance(value, (int, float)):
+            parts.append(f"{label} {100 * value:.1f} %" if percent else f"{label} {value:.3g}")
+    return " | ".join(parts)

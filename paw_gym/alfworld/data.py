@@ -161,13 +161,13 @@ def list_games(folder: Path, task_types: tuple[str, ...] = TASK_TYPES) -> list[G
     Skips what ALFWorld's own loader skips: movable-receptacle and sliced tasks, folders without
     ``traj_data.json`` or ``game.tw-pddl``, and games not marked ``solvable``.
     """
-    from tqdm.auto import tqdm
+    from paw_gym.progress import progress_bar
 
     records = []
     traj_files = sorted(folder.rglob("traj_data.json"))
     # The official train split has ~3.5k games: reading them takes a while, show it.
-    for traj_file in tqdm(traj_files, desc=f"reading ALFWorld games in {folder.name}", unit="game",
-                          disable=len(traj_files) < 500):
+    for traj_file in progress_bar(traj_files, desc=f"reading ALFWorld games in {folder.name}",
+                                  unit="game", disable=len(traj_files) < 500):
         trial = traj_file.parent
         game_file = trial / "game.tw-pddl"
         task_id = trial.relative_to(folder).as_posix()

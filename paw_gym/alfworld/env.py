@@ -31,7 +31,7 @@ from paw_gym.alfworld.data import (
 from paw_gym.alfworld.engine import NOTHING_HAPPENS
 from paw_gym.alfworld.expert import EpisodeExpert
 from paw_gym.alfworld.tasks import TASK_TYPES
-from paw_gym.core import TextEnv
+from paw_gym.core import Task, TaskList, TextEnv
 
 #: Reward for a won episode (the paper's setting: 10 x success).
 WIN_REWARD = 10.0
@@ -71,6 +71,8 @@ class ALFWorldEnv(TextEnv):
         progress: show a progress bar while the generated cache is built.
         render_mode: ``"ansi"`` or ``"human"`` (prints the last observation).
     """
+
+    held_out_split = "eval_out_of_distribution"
 
     def __init__(self, split: str = "train", data_dir: str | Path | None = None,
                  task_types: Sequence[str] | None = None, num_games: int | None = None,
@@ -115,6 +117,10 @@ class ALFWorldEnv(TextEnv):
         return self._engine
 
     # -- TextEnv ----------------------------------------------------------------------------
+    def tasks(self) -> TaskList:
+        """Every game of the split, by ``game_index``."""
+        return TaskList(len(self.games), lambda i: Task({"game_index": i}, self.games[i].task_type))
+
     def _reset(self, options: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         self.game = self._pick_game(options)
         engine = self.engine

@@ -166,9 +166,8 @@ def generate_split(config: GenerationConfig, split: str, engine=None, bar=None) 
 
 def generate(config: GenerationConfig) -> GenerationReport:
     """Build every split of ``config`` (skipping complete ones), with a progress bar."""
-    from tqdm.auto import tqdm
-
     from paw_gym.alfworld.engine import ALFWorldEngine
+    from paw_gym.progress import progress_bar
 
     for split in config.splits:
         if split not in SPLITS:
@@ -183,8 +182,8 @@ def generate(config: GenerationConfig) -> GenerationReport:
     total = len(todo) * len(config.task_types) * config.per_type
     engine = ALFWorldEngine(cache_size=1)
     try:
-        with tqdm(total=total, desc="generating ALFWorld games", unit="game",
-                  disable=not config.progress or total == 0) as bar:
+        with progress_bar(total=total, desc="generating ALFWorld games", unit="game",
+                          disable=not config.progress or total == 0) as bar:
             for split in todo:
                 written, rejected = generate_split(config, split, engine=engine, bar=bar)
                 report.written[split] = written

@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any, Mapping
 
-from paw_gym.core import TextEnv
+from paw_gym.core import Task, TaskList, TextEnv
 from paw_gym.searchqa import oracle
 from paw_gym.searchqa.data import Document, QAExample, load_corpus, load_qa
 from paw_gym.searchqa.kb import EMBEDDED_DATASET, KBConfig, build_kb
@@ -75,6 +75,8 @@ class SearchQAEnv(TextEnv):
 
     task_type = EMBEDDED_DATASET
 
+    held_out_split = "test"
+
     def __init__(self, dataset: str | Path | None = None, split: str = "train",
                  retriever: str | Retriever = "bm25", topk: int = 3, seed: int | None = None,
                  corpus: str | Path | None = None, index: str | Path | None = None,
@@ -124,6 +126,10 @@ class SearchQAEnv(TextEnv):
         if seed is None and self._first_seed is not None:
             seed, self._first_seed = self._first_seed, None
         return super().reset(seed=seed, options=options)
+
+    def tasks(self) -> TaskList:
+        """Every question of the set, by ``index``; the task type is the source dataset."""
+        return TaskList(len(self.examples), lambda i: Task({"index": i}, self.examples[i].dataset))
 
     def _reset(self, options: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         index = options.get("index")

@@ -117,6 +117,8 @@ class BlackjackText(TextAdapter):
     ``"hard 12-16"``, ``"hard 17-21"``. Reward 10 on a win, 0 on a draw or a loss.
     """
 
+    held_out_split = "test"
+
     def __init__(self, split: str = "train", render_mode: str | None = None):
         check_split(split)
         self.split = split

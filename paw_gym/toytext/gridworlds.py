@@ -82,6 +82,8 @@ class FrozenLakeText(TextAdapter):
         frozen_prob: probability that a cell is ice in ``generate_random_map``.
     """
 
+    held_out_split = "test"
+
     def __init__(self, split: str = "train", sizes: tuple[int, ...] = (4,),
                  is_slippery: bool = False, frozen_prob: float = 0.8,
                  render_mode: str | None = None):
@@ -155,6 +157,8 @@ class CliffWalkingText(TextAdapter):
         extra_cliffs: how many cliff cells a task adds above the bottom row (drawn from this
             range, inclusive; a layout with no safe path is redrawn).
     """
+
+    held_out_split = "test"
 
     def __init__(self, split: str = "train",
                  shapes: tuple[tuple[int, int], ...] = ((3, 5), (4, 6)),
@@ -245,6 +249,8 @@ class TaxiText(TextAdapter):
     ``task_type`` is the optimal plan's length: ``"1-10 steps"``, ``"11-14 steps"``,
     ``"15+ steps"``.
     """
+
+    held_out_split = "test"
 
     def __init__(self, split: str = "train", render_mode: str | None = None):
         check_split(split)

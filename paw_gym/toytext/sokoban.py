@@ -257,6 +257,8 @@ class SokobanEnv(TextEnv):
         box_counts: box counts a task draws from (each 1–3); the task type is ``"<n> box(es)"``.
     """
 
+    held_out_split = "test"
+
     def __init__(self, split: str = "train", size: int = 6, box_counts: tuple[int, ...] = (1, 2),
                  render_mode: str | None = None):
         super().__init__(render_mode=render_mode)

@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from paw_gym.core import TextEnv
+from paw_gym.core import Task, TaskList, TextEnv
 from paw_gym.webshop.catalog import Catalog, Product, default_cache_dir
 from paw_gym.webshop.goals import GOAL_SOURCES, build_goals, split_goals
 from paw_gym.webshop.loader import load_official_products, resolve_data_dir
@@ -105,6 +105,8 @@ class WebShopEnv(TextEnv):
     metadata = {"render_modes": ["ansi", "human"]}
     task_type = "webshop"
 
+    held_out_split = "test"
+
     def __init__(self, split: str = "train", data_dir: str | os.PathLike | None = None,
                  num_products: int | None = 1000, catalog_seed: int = 0,
                  goal_source: str = "synthetic", goal_sampling: str = "weighted",
@@ -176,6 +178,11 @@ class WebShopEnv(TextEnv):
         return carried
 
     # -- TextEnv ----------------------------------------------------------------------------
+    def tasks(self) -> TaskList:
+        """Every goal of the split (``test``: WebShop's goals 0–499), by ``goal_index``."""
+        return TaskList(len(self.goals), lambda i: Task(
+            {"goal_index": i}, self.goals[i].category or self.task_type))
+
     def _reset(self, options: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         if options.get("goal_index") is not None:
             index = options["goal_index"]

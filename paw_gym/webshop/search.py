@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
-from tqdm import tqdm
 
+from paw_gym.progress import progress_bar
 from paw_gym.webshop.analyzer import analyze
 
 #: Lucene's BM25 defaults as configured by pyserini (and therefore by WebShop).
@@ -91,7 +91,7 @@ class BM25Index:
         lengths = np.zeros(len(documents), dtype=np.int64)
         docs: Iterable[str] = documents
         if progress:
-            docs = tqdm(documents, desc="indexing catalog", unit="doc", leave=False)
+            docs = progress_bar(documents, desc="indexing catalog", unit="doc", leave=False)
         for doc_number, text in enumerate(docs):
             analyzed = analyze(text)
             lengths[doc_number] = len(analyzed)

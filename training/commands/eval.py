@@ -1,73 +1,221 @@
-"""``paw-gym eval``: per-task success / score tables for a model, a checkpoint or a baseline."""
+"""``paw-gym eval``: per-task success / score tables for a model, a checkpoint or a baseline.
+
+The protocol is :func:`training.evaluate.plan_evaluation`'s: the env's held-out split, every
+task of it once (``--repeats K``: K times; ``--limit N``: a stratified subset). A trainer
+checkpoint is evaluated with the env and prompt settings it was trained with (env id,
+env_kwargs, template, history length, step limit, token budget) unless a flag overrides one.
+"""
 
 from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
 
 AGENTS = ("policy", "react", "reflexion", "random", "expert")
 
 
+@dataclass
+class EvalArguments:
+    """What ``paw-gym eval`` plays and where it writes the tables."""
+
+    env: str | None = None
+    """Env id, e.g. PaW/WebShop-v0 (default: the env the --checkpoint was trained on)."""
+    model: str | None = None
+    """Hub name or model directory."""
+    checkpoint: str | None = None
+    """Trainer checkpoint, saved model or LoRA adapter directory."""
+    agent: Literal["policy", "react", "reflexion", "random", "expert"] = "policy"
+    """policy (the model as is), react, reflexion, random or expert."""
+    split: str = "held-out"
+    """Env split: 'held-out' (the env's held-out split: WebShop test, ALFWorld
+    eval_out_of_distribution, ...), a split name, or 'none' for an env without splits."""
+    limit: int | None = None
+    """Play a deterministic stratified subset of this many tasks (default: every task of the
+    split; an env that generates its tasks from the seed plays 100 seeds)."""
+    repeats: int = 1
+    """Episodes per task (same task, different samples)."""
+    seed: int = 0
+    """Task i is reset with seed + i; also seeds the sampling."""
+    temperature: float | None = None
+    """Sampling temperature (default: 0.4, search QA 0.0, as the paper validates)."""
+    max_new_tokens: int | None = None
+    """Token budget per action (default: the checkpoint's, else 512)."""
+    max_steps: int | None = None
+    """Per-episode step limit on top of the env's (default: the checkpoint's
+    max_episode_steps)."""
+    history_length: str | None = None
+    """Recent steps shown in the prompt: an integer or 'all' (default: the checkpoint's, else
+    the env's preset)."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Env constructor arguments, merged over the checkpoint's."""
+    trials: int = 1
+    """Reflexion trials per task."""
+    device: str | None = None
+    """Torch device of the policy (default: cuda when available, else cpu)."""
+    out: str = "runs/eval"
+    """Output directory of the tables."""
+    name: str | None = None
+    """File stem of the tables (default: <agent>_<env>_<split>)."""
+    overwrite: bool = False
+    """Replace tables of the same name in --out (otherwise they are kept and eval refuses)."""
+    save_trajectories: bool = False
+    """Also write every episode (prompt, raw output, parsed action, observation, reward per
+    step) to <name>.trajectories.jsonl."""
+    show: int = 0
+    """Print the first N episodes step by step (what the model wrote and what was parsed)."""
+
+
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "eval", help="evaluate a model, checkpoint or baseline per task type (MD + JSON + CSV)")
-    parser.add_argument("--env", required=True, help="env id, e.g. PaW/WebShop-v0")
-    parser.add_argument("--model", default=None, help="hub name or model directory")
-    parser.add_argument("--checkpoint", default=None,
-                        help="trainer checkpoint, saved model or LoRA adapter directory")
-    parser.add_argument("--agent", choices=AGENTS, default="policy",
-                        help="policy (the model as is), react, reflexion, random or expert")
-    parser.add_argument("--split", default=None, help="env split (e.g. test); env default if unset")
-    parser.add_argument("--episodes", type=int, default=50, help="tasks to play (default 50)")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="first task seed; tasks use seeds seed .. seed+episodes-1")
-    parser.add_argument("--temperature", type=float, default=None,
-                        help="sampling temperature (default: 0.4, search QA 0.0)")
-    parser.add_argument("--max-new-tokens", type=int, default=512)
-    parser.add_argument("--max-steps", type=int, default=None, help="extra per-episode step limit")
-    parser.add_argument("--trials", type=int, default=1, help="Reflexion trials per task")
-    parser.add_argument("--device", default=None)
-    parser.add_argument("--out", default="runs/eval", help="output directory")
-    parser.add_argument("--name", default="eval", help="file stem of the tables")
-    parser.set_defaults(func=run)
+    from training.cli import add_command
 
-
-def build_agent(args):
-    """The agent named by ``--agent`` (loading the policy when it needs one)."""
-    from agents.baselines import ExpertAgent, RandomAgent
-
-    if args.agent == "random":
-        return RandomAgent()
-    if args.agent == "expert":
-        return ExpertAgent()
-    from training.evaluate import load_policy
-
-    policy = load_policy(args.model, args.checkpoint, args.device, args.seed)
-    if args.agent == "policy":
-        return policy
-    from agents.prompting import ReActAgent, ReflexionAgent, expert_examples
-
-    examples = expert_examples(args.env, 1)
-    return ReActAgent(policy, examples) if args.agent == "react" else \
-        ReflexionAgent(policy, examples=examples)
+    add_command(subparsers, "eval", EvalArguments,
+                help="evaluate a model, checkpoint or baseline per task type (MD + JSON + CSV)",
+                description="Plays every task of the env's held-out split once and writes "
+                            "per-task-type tables.").set_defaults(func=run)
 
 
 def run(args) -> int:
-    from training.cli import UserError, require_writable
-    from training.evaluate import evaluate, to_markdown, write_tables
+    from training.cli import arguments_from
 
-    if args.episodes < 1:
-        raise UserError(f"--episodes must be >= 1, got {args.episodes}")
-    require_writable(args.out, "--out")
+    return evaluate_command(arguments_from(args, EvalArguments))
+
+
+def trained_settings(checkpoint: str | None) -> dict[str, Any]:
+    """The TrainConfig a trainer checkpoint was trained with (its ``state.json``), or {}."""
+    if checkpoint is None:
+        return {}
+    state_file = Path(checkpoint) / "state.json"
+    if not state_file.is_file():
+        return {}
     try:
-        agent = build_agent(args)
+        return dict(json.loads(state_file.read_text(encoding="utf-8")).get("config") or {})
+    except (json.JSONDecodeError, AttributeError):
+        return {}  # load_policy names the damaged file
+
+
+def resolve_settings(arguments: EvalArguments, trained: dict[str, Any]) -> dict[str, Any]:
+    """Env and prompt settings: a flag, else the checkpoint's training setting, else the default.
+
+    Raises ``ValueError`` for a bad ``history_length`` or a missing env id.
+    """
+    env_id = arguments.env or trained.get("env_id")
+    if not env_id:
+        raise ValueError("give --env (or a trainer --checkpoint, whose env is used)")
+    # A checkpoint's settings describe its own env only: evaluated on another env, it gets
+    # that env's defaults.
+    same_env = env_id == trained.get("env_id")
+
+    def pick(flag: Any, key: str, default: Any) -> Any:
+        if flag is not None:
+            return flag
+        return trained[key] if same_env and trained.get(key) is not None else default
+
+    history: Any = "preset"
+    if arguments.history_length is not None:
+        text = arguments.history_length.strip().lower()
+        if text in ("all", "none"):
+            history = None
+        elif text.isdigit():
+            history = int(text)
+        else:
+            raise ValueError(f"--history_length {arguments.history_length!r} is invalid; give "
+                             "a non-negative integer or 'all'")
+    elif same_env and "history_length" in trained:
+        history = trained["history_length"]
+    env_kwargs = {**(trained.get("env_kwargs") or {} if same_env else {}),
+                  **arguments.env_kwargs}
+    env_kwargs.pop("split", None)  # the evaluation split is --split's
+    return {
+        "env_id": env_id, "env_kwargs": env_kwargs, "history_length": history,
+        "template": trained.get("template") if same_env else None,
+        "action_format": trained.get("action_format") if same_env else None,
+        "invalid_penalty": trained.get("invalid_penalty") if same_env else None,
+        "max_new_tokens": pick(arguments.max_new_tokens, "max_new_tokens", 512),
+        "max_steps": pick(arguments.max_steps, "max_episode_steps", None),
+    }
+
+
+def build_agent(arguments: EvalArguments, env_id: str):
+    """The agent named by ``--agent`` (loading the policy when it needs one)."""
+    from agents.baselines import ExpertAgent, RandomAgent
+
+    if arguments.agent == "random":
+        return RandomAgent()
+    if arguments.agent == "expert":
+        return ExpertAgent()
+    from training.evaluate import load_policy
+
+    policy = load_policy(arguments.model, arguments.checkpoint, arguments.device, arguments.seed)
+    if arguments.agent == "policy":
+        return policy
+    from agents.prompting import ReActAgent, ReflexionAgent, expert_examples
+
+    examples = expert_examples(env_id, 1)
+    return ReActAgent(policy, examples) if arguments.agent == "react" else \
+        ReflexionAgent(policy, examples=examples)
+
+
+def evaluate_command(arguments: EvalArguments) -> int:
+    from training.cli import UserError, check_env, require_writable
+
+    trained = trained_settings(arguments.checkpoint)
+    try:
+        settings = resolve_settings(arguments, trained)
+        env_id = settings["env_id"]
+        check_env(env_id, settings["env_kwargs"])
+        from training.evaluate import HELD_OUT, held_out_split, plan_evaluation
+
+        split = None if arguments.split.lower() == "none" else arguments.split
+        if split == HELD_OUT:
+            split = held_out_split(env_id)
+        elif split is not None:
+            check_env(env_id, {**settings["env_kwargs"], "split": split})
+        plan = plan_evaluation(env_id, split=split, limit=arguments.limit,
+                               repeats=arguments.repeats,
+                               seed=arguments.seed, env_kwargs=settings["env_kwargs"])
+    except (ValueError, TypeError, FileNotFoundError) as error:
+        raise UserError(str(error)) from error
+    name = arguments.name or "_".join(
+        [arguments.agent, env_id.split("/")[-1], plan.split or "nosplit"])
+    out = Path(arguments.out)
+    tables = [out / f"{name}.{suffix}" for suffix in ("md", "json", "csv", "trajectories.jsonl")]
+    existing = [str(p) for p in tables if p.exists()]
+    if existing and not arguments.overwrite:
+        raise UserError(f"{existing[0]} already exists; choose another --name or --out, or "
+                        "pass --overwrite true to replace it")
+    require_writable(out, "--out")
+    try:
+        agent = build_agent(arguments, env_id)
     except (ValueError, FileNotFoundError, OSError) as error:
         raise UserError(str(error)) from error
-    settings = {"split": args.split} if args.split else {}
-    meta = {"agent": args.agent, "model": args.model, "checkpoint": args.checkpoint,
-            "split": args.split, "first_seed": args.seed}
-    result = evaluate(agent, args.env, list(range(args.seed, args.seed + args.episodes)),
-                      temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                      max_steps=args.max_steps, seed=args.seed, trials=args.trials,
-                      progress=True, meta=meta, **settings)
-    paths = write_tables(result, args.out, args.name)
-    print(to_markdown(result, f"{args.agent} on {args.env}"))
+    from training.evaluate import evaluate, show_episodes, to_markdown, write_tables, \
+        write_trajectories
+
+    state = Path(arguments.checkpoint or "") / "state.json"
+    meta = {"agent": arguments.agent, "model": arguments.model or trained.get("model"),
+            "checkpoint": arguments.checkpoint,
+            "checkpoint_step": json.loads(state.read_text())["step"] if state.is_file() else None,
+            "arguments": asdict(arguments),
+            "settings": {k: v for k, v in settings.items() if k != "env_id"}}
+    print(f"evaluating {arguments.agent} on {env_id}, split {plan.split!r}: {len(plan.task_seeds)} "
+          f"tasks" + (f" of {plan.split_size}" if plan.split_size else " (generated from seeds)")
+          + f" x {plan.repeats} = {plan.episodes} episodes")
+    result = evaluate(agent, env_id, plan, temperature=arguments.temperature,
+                      max_new_tokens=settings["max_new_tokens"], max_steps=settings["max_steps"],
+                      seed=arguments.seed, trials=arguments.trials, progress=True, meta=meta,
+                      env_kwargs=settings["env_kwargs"], template=settings["template"],
+                      action_format=settings["action_format"],
+                      invalid_penalty=settings["invalid_penalty"],
+                      history_length=settings["history_length"])
+    paths = write_tables(result, out, name)
+    if arguments.save_trajectories:
+        paths["trajectories"] = write_trajectories(result, out / f"{name}.trajectories.jsonl")
+    elif (out / f"{name}.trajectories.jsonl").exists():  # --overwrite: no stale episodes left
+        (out / f"{name}.trajectories.jsonl").unlink()
+    if arguments.show:
+        print(show_episodes(result, arguments.show))
+    print(to_markdown(result, f"{arguments.agent} on {env_id} ({plan.split or 'no split'})"))
     print("tables: " + ", ".join(str(p) for p in paths.values()))
     return 0

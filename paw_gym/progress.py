@@ -1,0 +1,102 @@
+"""Progress bars that suit where the output goes.
+
+In a terminal, a tqdm bar. Anywhere else (a log file, CI, ``nohup``), tqdm would still redraw
+its bar with ``\\r`` and escape codes, thousands of times in a long run; there
+:func:`progress_bar` prints a plain line at most every 10 % of the total (or every
+``min_interval`` seconds when the total is unknown) instead, with the same ``update`` /
+``set_postfix`` / ``write`` / ``close`` calls.
+
+Example:
+    >>> bar = progress_bar(total=100, desc="rollout", disable=False)   # doctest: +SKIP
+    >>> bar.update(1); bar.set_postfix(live=3); bar.close()             # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Iterable, Iterator, TextIO
+
+
+def is_terminal(stream: TextIO | None = None) -> bool:
+    """Whether ``stream`` (default: stderr, where bars go) is an interactive terminal."""
+    stream = sys.stderr if stream is None else stream
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
+def progress_bar(iterable: Iterable | None = None, *, total: int | None = None, desc: str = "",
+                 unit: str = "it", initial: int = 0, disable: bool = False, leave: bool = True,
+                 file: TextIO | None = None, min_interval: float = 30.0):
+    """A tqdm bar in a terminal, else a :class:`LineProgress` (no ``\\r``, few lines); like
+    tqdm, it wraps ``iterable`` when one is given."""
+    stream = sys.stderr if file is None else file
+    if total is None and iterable is not None and hasattr(iterable, "__len__"):
+        total = len(iterable)
+    if is_terminal(stream):
+        from tqdm.auto import tqdm
+
+        return tqdm(iterable, total=total, desc=desc, unit=unit, initial=initial,
+                    disable=disable, leave=leave, file=stream, dynamic_ncols=True)
+    return LineProgress(iterable, total=total, desc=desc, unit=unit, initial=initial,
+                        disable=disable, file=stream, min_interval=min_interval)
+
+
+class LineProgress:
+    """tqdm's bar interface, printing ``desc: n/total unit (elapsed) postfix`` lines: at every
+    further 10 % of ``total``, or every ``min_interval`` seconds without a total, and at close."""
+
+    def __init__(self, iterable: Iterable | None = None, *, total: int | None, desc: str,
+                 unit: str, initial: int, disable: bool, file: TextIO, min_interval: float):
+        self.iterable = iterable
+        self.total, self.desc, self.unit, self.n = total, desc, unit, initial
+        self.disable, self.file, self.min_interval = disable, file, min_interval
+        self.postfix = ""
+        self._start = self._last_print = time.monotonic()
+        self._printed_n: int | None = None
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        if self.disable:
+            return
+        if self.total:
+            step = max(1, self.total // 10)
+            due = self.n // step > (self._printed_n or 0) // step or self.n >= self.total
+        else:
+            due = time.monotonic() - self._last_print >= self.min_interval
+        if due and self.n != self._printed_n:
+            self._print()
+
+    def set_postfix(self, **values: Any) -> None:
+        self.postfix = ", ".join(f"{k}={v}" for k, v in values.items())
+
+    def write(self, text: str) -> None:
+        print(text, file=self.file, flush=True)
+
+    def close(self) -> None:
+        if not self.disable and self.n != self._printed_n and (self.n or self.total):
+            self._print()
+        self.disable = True
+
+    def _print(self) -> None:
+        of = f"/{self.total}" if self.total else ""
+        elapsed = time.monotonic() - self._start
+        tail = f", {self.postfix}" if self.postfix else ""
+        print(f"{self.desc}: {self.n}{of} {self.unit} ({elapsed:.0f} s{tail})", file=self.file,
+              flush=True)
+        self._printed_n, self._last_print = self.n, time.monotonic()
+
+    def __enter__(self) -> "LineProgress":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator:
+        if self.iterable is None:
+            raise TypeError("this progress bar wraps no iterable; call update() in your loop")
+        try:
+            for item in self.iterable:
+                yield item
+                self.update(1)
+        finally:
+            self.close()
