@@ -131,7 +131,7 @@ def _eval_checkpoint(damage: Callable[[Path], None]) -> Callable[[Path], int]:
 
         out = _checkpoint_with(work, damage)
         return main(["eval", "--env", "PaW/Shelf-v0", "--checkpoint",
-                     str(latest_checkpoint(out) or out), "--episodes", "1",
+                     str(latest_checkpoint(out) or out), "--limit", "1",
                      "--out", str(work / "eval")])
     return run
 
@@ -200,12 +200,15 @@ def cases() -> list[Case]:
         Case("eval", "truncated checkpoint weights", _eval_checkpoint(
             _truncate("model/*.safetensors", 100)), "safetensors is damaged"),
         Case("eval", "checkpoint folder missing", cli(
-            "eval", "--env", "PaW/Shelf-v0", "--checkpoint", "{work}/nope", "--episodes", "1",
+            "eval", "--env", "PaW/Shelf-v0", "--checkpoint", "{work}/nope", "--limit", "1",
             "--out", "{work}/eval"), "nope"),
-        Case("eval", "--episodes 0", cli("eval", "--env", "PaW/Shelf-v0", "--agent", "random",
-                                          "--episodes", "0"), "episodes"),
+        Case("eval", "--limit 0", cli("eval", "--env", "PaW/Shelf-v0", "--agent", "random",
+                                       "--limit", "0"), "limit"),
+        Case("eval", "--split of another env", cli(
+            "eval", "--env", "PaW/Shelf-v0", "--agent", "random", "--split",
+            "eval_out_of_distribution"), "eval_out_of_distribution"),
         Case("eval", "unwritable --out", lambda work: cli(
-            "eval", "--env", "PaW/Shelf-v0", "--agent", "random", "--episodes", "1",
+            "eval", "--env", "PaW/Shelf-v0", "--agent", "random", "--limit", "1",
             "--out", str(write("file", "x")(work) / "out"))(work), "not writable"),
         # -- data files ---------------------------------------------------------------------
         Case("replay", "row with won: 'no'", api(lambda work: _load_replay_strict(work, {

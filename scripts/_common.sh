@@ -8,15 +8,15 @@ if [[ "$SCALE" != "tiny" && "$SCALE" != "paper" ]]; then
 fi
 
 # paper_pair CONFIG [extra paw-gym train flags]: train the config as written (PaW) and with
-# --paw false (vanilla RL), then evaluate both on the env's held-out split.
+# --paw false (vanilla RL), then evaluate both on every task of the env's held-out split
+# (with the env and prompt settings each checkpoint was trained with).
 paper_pair() {
     local config="$1"; shift
     local name; name="$(basename "$config" .yaml)"
     for paw in true false; do
         local out="runs/paper/${name}-paw-${paw}"
         paw-gym train --config "$config" --paw "$paw" --output_dir "$out" "$@"
-        paw-gym eval --env "$(awk '/^env_id:/ {print $2}' "$config")" \
-            --checkpoint "$(ls -d "$out"/checkpoints/step-* | tail -1)" \
-            --split test --episodes 500 --out "$out/eval"
+        paw-gym eval --checkpoint "$(ls -d "$out"/checkpoints/step-* | tail -1)" \
+            --out "$out/eval"
     done
 }

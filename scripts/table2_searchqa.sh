@@ -4,7 +4,7 @@
 #          retrieved passages); see docs/training.md.
 #   paper: Qwen2.5-3B/7B (configs/paper/searchqa_*), needs $SEARCHQA_TRAIN and an E5
 #          $SEARCHQA_RETRIEVER; evaluate on each of the seven test sets with
-#          `paw-gym eval --env PaW/SearchQA-v0 --checkpoint DIR --env-kwargs dataset=FILE`.
+#          `paw-gym eval --checkpoint DIR --env_kwargs dataset=FILE`.
 source "$(dirname "$0")/_common.sh"
 if [[ "$SCALE" == tiny ]]; then
     echo "table 2 has no tiny-scale version: the nano model does not learn search QA" >&2

@@ -6,6 +6,7 @@ import pytest
 
 from training.demo import DemoConfig, results_markdown, run_demo
 from training.evaluate import EvalResult, TaskRow
+from training.metrics_log import read_metrics
 
 
 def _result(success: float) -> EvalResult:
@@ -41,12 +42,16 @@ def test_small_demo_runs_end_to_end_and_reuses_the_cached_base(tmp_path, monkeyp
     pytest.importorskip("torch")
     monkeypatch.setenv("PAW_GYM_CACHE", str(tmp_path / "cache"))
     small = dict(expert_episodes=40, pretrain_steps=10, rl_steps=1, n_groups=2, group_size=2,
-                 eval_episodes=4, max_new_tokens=24)
+                 eval_episodes=4, eval_limit=4, eval_repeats=1, val_every=1,
+                 max_new_tokens=24)
     logs: list[str] = []
     summary = run_demo(DemoConfig(output_dir=str(tmp_path / "a"), **small), log=logs.append)
     assert any("base model (built)" in line for line in logs)
     assert set(summary["reading_probe"]) >= {"before_pretraining", "after_pretraining"}
     assert summary["before"]["episodes"] == summary["after"]["episodes"] == 4
+    validation = [r for r in read_metrics(tmp_path / "a" / "rl" / "metrics.jsonl")
+                  if "val_success" in r]
+    assert [r["step"] for r in validation] == [0, 1] and validation[0]["val_episodes"] == 4
     out = tmp_path / "a"
     for name in ("results.md", "summary.json", "eval_before.md", "eval_after.md",
                  "base-model/config.json", "rl/metrics.jsonl"):

@@ -89,7 +89,15 @@ class DemoConfig:
     """Episodes per pool goal in the before/after table of the training pool (its first
     ``eval_episodes`` goals)."""
     eval_episodes: int = 200
-    """Eval-split (held-out) tasks for the before/after tables, each played once."""
+    """Held-out prompts of the reading probe, and pool tasks of the training-pool table."""
+    eval_limit: int | None = None
+    """Held-out tasks in the before/after table: a stratified subset of the eval split (None:
+    every task; Shelf's test split has 48, each target item with each shelf size)."""
+    eval_repeats: int = 4
+    """Episodes per held-out task in the before/after table (same task, new samples)."""
+    val_every: int = 5
+    """Validation on the held-out tasks every N RL updates and before the first (0: none);
+    the ``val_success`` curve in ``curves.png``."""
     eval_temperature: float = 0.4
     """Validation temperature (paper: 0.4)."""
     seed: int = 0
@@ -108,7 +116,7 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     from agents.hf_policy import HFPolicy
     from agents.tiny_model import build_tiny_model
     from training.config import TrainConfig
-    from training.evaluate import evaluate, load_policy, write_tables
+    from training.evaluate import evaluate, load_policy, plan_evaluation, write_tables
     from training.pretrain import PretrainConfig, cached_build, reading_probe, run_pretrain
     from training.sft import SFTConfig, record_expert_demos, run_sft
     from training.trainer import PaWTrainer
@@ -198,8 +206,12 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     settings = dict(temperature=config.eval_temperature, max_new_tokens=config.max_new_tokens,
                     max_steps=config.max_steps, seed=config.seed, progress=True, **prompt)
 
+    held_out_plan = plan_evaluation(config.env_id, split=config.eval_split,
+                                    limit=config.eval_limit, repeats=config.eval_repeats,
+                                    seed=10_000)
+
     def evaluate_both(policy, name: str):
-        test = evaluate(policy, config.env_id, held_out, split=config.eval_split,
+        test = evaluate(policy, config.env_id, held_out_plan,
                         meta={"model": name, "tasks": "held-out"}, **settings)
         train = evaluate(policy, config.env_id, seen, split=config.train_split,
                          meta={"model": name, "tasks": "training pool"}, **settings)
@@ -221,7 +233,9 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
         norm_adv_by_std=config.norm_adv_by_std, entropy_coef=config.entropy_coef,
         token_budget=16384, max_seq_len=2048, max_obs_tokens=config.max_obs_tokens,
         seed=config.seed, output_dir=str(out / "rl"), overwrite_output_dir=True,  # the demo's own
-        save_every=0, keep_checkpoints=1, device="cpu")
+        save_every=0, keep_checkpoints=1, device="cpu", val_every=config.val_every,
+        val_before_train=config.val_every > 0, val_split=config.eval_split,
+        val_limit=config.eval_limit, val_temperature=config.eval_temperature)
     trainer = PaWTrainer(train_config)
     history = trainer.train()
     lap("RL training")
