@@ -118,12 +118,15 @@ class HFPolicy:
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from paw_gym.progress import quiet_outside_terminal
+
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if isinstance(model, (str, Path)):
             kwargs: dict[str, Any] = {"dtype": dtype}
             if attn_implementation:
                 kwargs["attn_implementation"] = attn_implementation
             source = check_model_source(model)
+            quiet_outside_terminal()
             model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
             tokenizer = tokenizer if tokenizer is not None else source
         elif tokenizer is None:

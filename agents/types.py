@@ -67,5 +67,26 @@ class Trajectory:
     def total_reward(self) -> float:
         return sum(t.reward for t in self.transitions)
 
+    def to_records(self, episode_id: str, per_step: list[dict[str, Any]] | None = None,
+                   **fields: Any) -> list[dict[str, Any]]:
+        """The episode as WM replay records, in the schema ``RecordTransitions`` writes
+        (:func:`wrappers.record.transition_record`), with ``fields`` on every record and
+        ``per_step[i]`` on step i's."""
+        from wrappers.record import PolicyAction, transition_record
+
+        records = []
+        for number, step in enumerate(self.transitions):
+            out = step.output
+            action = PolicyAction(out.text, action_entropy=out.mean_entropy,
+                                  prompt_ids=out.prompt_ids, response_ids=out.response_ids)
+            info = {**step.info, "task_id": self.task_id, "task_type": self.task_type,
+                    "invalid_action": step.invalid_action,
+                    "parsed_action": step.info.get("parsed_action", step.action or None)}
+            records.append(transition_record(
+                step.prompt, action, step.next_observation, step.reward, step.terminated,
+                step.truncated, info, episode_id, number,
+                **fields, **(per_step[number] if per_step else {})))
+        return records
+
     def __len__(self) -> int:
         return len(self.transitions)

@@ -24,6 +24,18 @@ def is_terminal(stream: TextIO | None = None) -> bool:
     return bool(getattr(stream, "isatty", lambda: False)())
 
 
+def quiet_outside_terminal() -> None:
+    """Turn off transformers' and huggingface_hub's own tqdm bars ("Loading weights") when
+    stderr is not a terminal, where they would write ``\\r`` lines into the log."""
+    if is_terminal():
+        return
+    from huggingface_hub.utils import disable_progress_bars
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    disable_progress_bars()
+
+
 def progress_bar(iterable: Iterable | None = None, *, total: int | None = None, desc: str = "",
                  unit: str = "it", initial: int = 0, disable: bool = False, leave: bool = True,
                  file: TextIO | None = None, min_interval: float = 30.0):

@@ -115,6 +115,24 @@ def test_saved_trajectories_hold_what_the_model_wrote(tmp_path):
     assert "Task: buy the" in step["prompt"]
 
 
+def test_eval_episodes_go_to_a_replay_in_the_schema_of_expert_demos(tmp_path):
+    from training.evaluate import write_replay
+    from wrappers import WMReplay
+    from wrappers.replay import REQUIRED_FIELDS
+
+    result = evaluate(ExpertAgent(), "PaW/Shelf-v0", plan_evaluation("PaW/Shelf-v0", limit=4))
+    write_replay(result, tmp_path / "replay")
+    write_replay(result, tmp_path / "replay")  # a second evaluation appends, ids stay apart
+    records = WMReplay.load(tmp_path / "replay", strict=True).records
+    steps = sum(len(t) for t in result.trajectories)
+    assert len(records) == 2 * steps and len({r["episode_id"] for r in records}) == 8
+    first, step = records[0], result.trajectories[0].transitions[0]
+    assert set(REQUIRED_FIELDS) <= set(first) and first["source"] == "eval"
+    assert (first["h"], first["a"], first["o_next"]) == (
+        step.prompt, step.output.text, step.next_observation)
+    assert first["parsed_action"] == step.action and first["task_type"].endswith("items")
+
+
 def test_a_log_file_gets_plain_lines_not_carriage_returns():
     stream = io.StringIO()  # not a terminal
     bar = progress_bar(total=50, desc="rollout", unit="step", file=stream)

@@ -20,6 +20,7 @@ from training.collect import EnvCollector  # noqa: E402
 from training.config import TrainConfig  # noqa: E402
 from training.metrics_log import read_metrics  # noqa: E402
 from training.trainer import PaWTrainer  # noqa: E402
+from wrappers import WMReplay  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -189,6 +190,16 @@ def test_resume_after_kill_reproduces_the_uninterrupted_run(tiny_model_dir, tmp_
                for run in ("full", "killed")]
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    # the replay holds every transition of the three updates exactly once, as the full run's
+    replays = [WMReplay.load(tmp_path / run / "replay").records for run in ("full", "killed")]
+    assert sorted(map(_record_key, replays[0])) == sorted(map(_record_key, replays[1]))
+    assert len(set(map(_record_key, replays[1]))) == len(replays[1])
+    assert {r["update"] for r in replays[1]} == {1, 2, 3}
+
+
+def _record_key(record: dict) -> tuple:
+    return (record["update"], record["episode_id"], record["step"], record["h"], record["a"],
+            record["o_next"], record["wm_selected"], record["lambda_g"])
 
 
 def test_collector_groups_share_tasks(tiny_model_dir, tmp_path):
@@ -253,7 +264,7 @@ def test_a_new_run_refuses_a_folder_that_holds_a_run(tiny_model_dir, tmp_path):
     before = {p.name: p.read_bytes() for p in (out / "metrics.jsonl", out / "config.yaml")}
     (out / "notes.txt").write_text("mine")
     with pytest.raises(FileExistsError, match=r"already holds a training run \(checkpoints, "
-                                              r"metrics.jsonl, config.yaml, curves.png\); pass "
+                                              r"metrics.jsonl, config.yaml, curves.png, replay\); pass "
                                               r"--resume .* --overwrite_output_dir true"):
         PaWTrainer(first).train()
     assert {p.name: p.read_bytes() for p in (out / "metrics.jsonl", out / "config.yaml")} == before
@@ -263,6 +274,7 @@ def test_a_new_run_refuses_a_folder_that_holds_a_run(tiny_model_dir, tmp_path):
                        keep_checkpoints=1, overwrite_output_dir=True)).train()
     assert latest_checkpoint(out).name == "step-000001"
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1]
+    assert {r["update"] for r in WMReplay.load(out / "replay")} == {1}  # the old run's went
     assert (out / "notes.txt").read_text() == "mine"
 
 

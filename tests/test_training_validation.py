@@ -131,3 +131,31 @@ def test_an_interrupted_run_names_its_checkpoint_and_the_resume_command(tiny_mod
     assert "\r" not in log and "\x1b[" not in log
     assert "step 1/5 | reward" in log and "step 2/5 | reward" in log
     assert [r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1, 2]
+
+
+def test_every_run_writes_each_rollout_transition_to_its_replay_once(tiny_model_dir, tmp_path):
+    from wrappers import WMReplay
+
+    config = _config(tiny_model_dir, tmp_path / "run", total_steps=3, save_every=2,
+                     history_length=2)
+    history = PaWTrainer(config).train()
+    records = WMReplay.load(tmp_path / "run" / "replay", strict=True).records
+    for metrics in history:
+        mine = [r for r in records if r["update"] == metrics["step"]]
+        with_response = [r for r in mine if r["response_ids"]]
+        assert len(with_response) == metrics["transitions"]
+        assert sum(r["wm_selected"] for r in mine) == metrics["wm_selected"]
+        assert len({r["episode_id"] for r in mine}) == 4  # 2 groups x 2 rollouts
+        assert {r["group"] for r in mine} == {0, 1} and all(r["source"] == "train" for r in mine)
+    first = records[0]
+    assert first["prompt_ids"] and isinstance(first["action_entropy"], float)
+    assert first["lambda_g"] >= 0.0  # Eq. 10, unclamped: above 1 when the mean return is < 0
+    # Resumed from step 2, update 3 is redone: its transitions are recorded once, as before.
+    before = sorted(json.dumps(r, sort_keys=True) for r in records)
+    PaWTrainer(config).train(resume=tmp_path / "run" / "checkpoints" / "step-000002")
+    after = WMReplay.load(tmp_path / "run" / "replay", strict=True).records
+    assert sorted(json.dumps(r, sort_keys=True) for r in after) == before
+    # record_replay: false writes none
+    PaWTrainer(_config(tiny_model_dir, tmp_path / "off", total_steps=1,
+                       record_replay=False)).train()
+    assert not (tmp_path / "off" / "replay").exists()

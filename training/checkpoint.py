@@ -89,7 +89,8 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
 
 
 #: What a training run writes into its output_dir (the earlier run ``overwrite_output_dir`` removes).
-RUN_FILES = ("checkpoints", "metrics.jsonl", "config.yaml", "curves.png", "tensorboard")
+RUN_FILES = ("checkpoints", "metrics.jsonl", "config.yaml", "curves.png", "tensorboard",
+             "replay")
 
 
 def check_output_dir(output_dir: str | Path, resume: bool, overwrite: bool) -> None:

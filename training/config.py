@@ -208,6 +208,10 @@ class TrainConfig:
     """Show a progress bar (in a terminal; a log file gets plain lines instead)."""
     log_every: int = 1
     """Print one line of the update's main metrics every N updates (0: never)."""
+    record_replay: bool = True
+    """Write every on-policy transition to ``<output_dir>/replay/`` (a WM replay, one shard per
+    update; records carry ``update``, ``group``, ``lambda_g``, ``wm_selected``, ``advantage``,
+    the action entropy and token ids). Off saves disk on long runs with long prompts."""
 
     def __post_init__(self) -> None:
         self.validate()

@@ -143,6 +143,20 @@ def write_trajectories(result: EvalResult, path: str | Path) -> Path:
     return path
 
 
+def write_replay(result: EvalResult, folder: str | Path) -> Path:
+    """Every episode of ``result`` into the WM replay at ``folder`` (appending), in the record
+    schema of expert demos and training rollouts, marked ``source: "eval"``."""
+    import uuid
+
+    from wrappers.replay import WMReplay
+
+    run = uuid.uuid4().hex[:8]  # episodes of two evaluations in one folder stay apart
+    with WMReplay(folder, keep_in_memory=False) as replay:
+        for index, trajectory in enumerate(result.trajectories):
+            replay.extend(trajectory.to_records(f"eval-{run}-{index:05d}", source="eval"))
+    return Path(folder)
+
+
 def show_episodes(result: EvalResult, count: int, width: int = 300) -> str:
     """The first ``count`` episodes as readable text: what the model wrote at every step, what
     was parsed from it and what the env answered (long texts cut to ``width`` characters)."""

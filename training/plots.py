@@ -183,6 +183,10 @@ def panel_keys(series: Sequence[Series], keys: Sequence[str]) -> list[str]:
                        or min(values) != max(values)):
             drawn.append(key)
     joined = {VALIDATION_OF[key] for key in drawn if key in VALIDATION_OF}
+    # Where the score is the success rate (every env but WebShop), its panel would repeat it.
+    if all(points(run, "val_score") == points(run, "val_success")
+           for s in series for run in s.runs):
+        joined.add("val_score")
     return [key for key in drawn if key not in joined]
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from agents.types import Trajectory
-from paw_gym.progress import is_terminal, progress_bar
+from paw_gym.progress import is_terminal, progress_bar, quiet_outside_terminal
 from training import checkpoint as ckpt
 from training.batch import collate, token_budget_batches
 from training.config import TrainConfig, save_config
@@ -29,11 +29,25 @@ from training.objective import (ObjectiveSettings, gather_logprobs, micro_batch_
                                 objective_weights)
 from training.rollout_batch import RolloutBatch, build_batch
 from training.value import critic_loss, critic_values
+from wrappers.replay import WMReplay
 
 #: Settings that change how a run is shown or stored, not what it computes: a resume may
 #: change them without a warning.
 RUN_ONLY_FIELDS = ("overwrite_output_dir", "progress", "log_every", "tensorboard", "wandb",
-                   "wandb_project")
+                   "wandb_project", "record_replay")
+
+#: The run's replay of every on-policy transition, under ``output_dir``.
+REPLAY_DIR = "replay"
+
+
+def drop_replay_after(folder: Path, step: int) -> None:
+    """Remove the replay shards of updates after ``step``: a resumed run redoes those updates
+    and records them again, so the replay holds every transition exactly once."""
+    for shard in folder.glob("update-*.jsonl"):
+        number = shard.stem.removeprefix("update-")
+        if number.isdigit() and int(number) > step:
+            shard.unlink()
+
 
 #: collect(policy, task_seeds, group_size, temperature, seed) -> trajectories grouped by task.
 Collector = Callable[[Any, list[int], int, float, int], list[Trajectory]]
@@ -60,6 +74,7 @@ class PaWTrainer:
 
     def __init__(self, config: TrainConfig, policy=None, collect: Collector | None = None):
         self.config = config
+        quiet_outside_terminal()  # transformers' own load/save bars in a log file
         if collect is None:  # settings mistakes surface before the model loads
             from agents.envs import check_env_settings
 
@@ -96,6 +111,7 @@ class PaWTrainer:
         self.skipped_updates = 0
         self._warned_cut_prompts = False
         self._validation_plan = None
+        self._last_batch: RolloutBatch | None = None
         self.resumed_from: Path | None = None
         self.resumed_config: dict[str, Any] | None = None
 
@@ -131,6 +147,7 @@ class PaWTrainer:
         if resume:
             self._resume(out, resume)
             self._announce_resume(out)
+            drop_replay_after(out / REPLAY_DIR, self.step)
         save_config(config, out / "config.yaml")
         logger = MetricsLogger(out, tensorboard=config.tensorboard, wandb=config.wandb,
                                wandb_project=config.wandb_project, config=asdict(config),
@@ -148,6 +165,8 @@ class PaWTrainer:
                 bar.write(metrics_line(0, config.total_steps, validation))
             while self.step < config.total_steps:
                 metrics = self.train_step()
+                if config.record_replay:
+                    self._record_rollout(out / REPLAY_DIR)
                 if config.val_every and self.step % config.val_every == 0:
                     metrics.update(self.validate())
                 logger.log(self.step, metrics)
@@ -197,6 +216,29 @@ class PaWTrainer:
         for row in result.rows[:-1]:
             metrics[f"val_success/{row.task_type}"] = row.success / 100
         return metrics
+
+    def _record_rollout(self, folder: Path) -> None:
+        """The last update's transitions into the run's replay, one shard per update
+        (``update-000012.jsonl``), each with the update index, its group, the group's λ_g,
+        whether PaW selected it for the world-model term, and its advantage."""
+        batch = self._last_batch
+        rows = iter(range(len(batch.samples)))
+        replay = WMReplay(folder, shard=f"update-{self.step:06d}", keep_in_memory=False)
+        try:
+            for index, trajectory in enumerate(batch.trajectories):
+                per_step = []
+                for transition in trajectory.transitions:
+                    # build_batch keeps the transitions with a response, in this order.
+                    row = next(rows) if transition.output.response_ids else None
+                    per_step.append({
+                        "wm_selected": bool(batch.selected[row]) if row is not None else False,
+                        "advantage": batch.samples[row].advantage if row is not None else 0.0})
+                replay.extend(trajectory.to_records(
+                    f"update-{self.step:06d}-episode-{index:04d}", per_step, source="train",
+                    update=self.step, group=trajectory.group_index,
+                    lambda_g=float(batch.group_lambda.get(trajectory.group_index, 0.0))))
+        finally:
+            replay.close()
 
     def _announce_resume(self, out: Path) -> None:
         """Say where the run continues, and warn (keeping the old ``config.yaml``) when the
@@ -268,6 +310,7 @@ class PaWTrainer:
         values = (critic_values(self.critic, trajectories, config, self.policy.pad_id,
                                 self.device) if self.critic is not None else None)
         batch = build_batch(trajectories, self.tokenizer, config, values)
+        self._last_batch = batch
         if not batch.samples:
             raise RuntimeError("the rollout produced no transition with a non-empty response")
         if batch.cut_prompts and not self._warned_cut_prompts:

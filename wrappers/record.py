@@ -37,6 +37,31 @@ def _rebuild_policy_action(text: str, metadata: dict[str, Any]) -> PolicyAction:
     return PolicyAction(text, **metadata)
 
 
+def transition_record(h: str, action: str, observation: str, reward: float, terminated: bool,
+                      truncated: bool, info: dict[str, Any], episode_id: str, step: int,
+                      **fields: Any) -> dict[str, Any]:
+    """The one record schema of a transition (expert demos, evaluation and training rollouts):
+    the contract fields, ``info``'s task and parsing fields, the action's
+    :class:`PolicyAction` metadata (entropy, token ids) and any extra ``fields``."""
+    return {
+        "h": h,
+        "a": str(action),
+        "o_next": info.get("raw_observation", observation),
+        "reward": float(reward),
+        "terminated": bool(terminated),
+        "truncated": bool(truncated),
+        "task_id": str(info.get("task_id", "")),
+        "task_type": str(info.get("task_type", "")),
+        "episode_id": episode_id,
+        "step": step,
+        "won": bool(info.get("won", False)),
+        "invalid_action": bool(info.get("invalid_action", False)),
+        "parsed_action": info.get("parsed_action"),
+        **getattr(action, "metadata", {}),
+        **fields,
+    }
+
+
 class RecordTransitions(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Append each step's transition to a :class:`~wrappers.replay.WMReplay`.
 
@@ -81,22 +106,8 @@ class RecordTransitions(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     def step(self, action):
         observation, reward, terminated, truncated, info = self.env.step(action)
-        record = {
-            "h": self._h,
-            "a": str(action),
-            "o_next": info.get("raw_observation", observation),
-            "reward": float(reward),
-            "terminated": bool(terminated),
-            "truncated": bool(truncated),
-            "task_id": str(info.get("task_id", "")),
-            "task_type": str(info.get("task_type", "")),
-            "episode_id": self._episode_id,
-            "step": self._step,
-            "won": bool(info.get("won", False)),
-            "invalid_action": bool(info.get("invalid_action", False)),
-            "parsed_action": info.get("parsed_action"),
-            **getattr(action, "metadata", {}),
-        }
+        record = transition_record(self._h, action, observation, reward, terminated, truncated,
+                                   info, self._episode_id, self._step)
         if self.deduplicate:
             self._episode.append(record)
         else:

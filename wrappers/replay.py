@@ -52,6 +52,9 @@ class WMReplay:
         fsync: also ``fsync`` after each record (survives power loss, not just a killed process).
         parquet_rows: records per Parquet part.
         keep_in_memory: keep a copy of written records in this object (turn off for long runs).
+        shard: the file name (without suffix) this writer appends to; by default a new unique
+            name per writing process. The trainer names one shard per update
+            (``update-000012``), so a resumed run can drop the updates it redoes.
 
     Example:
         >>> replay = WMReplay("runs/replay")                                # doctest: +SKIP
@@ -61,13 +64,16 @@ class WMReplay:
     """
 
     def __init__(self, path: str | os.PathLike | None = None, format: str = "jsonl",
-                 fsync: bool = False, parquet_rows: int = 1000, keep_in_memory: bool = True):
+                 fsync: bool = False, parquet_rows: int = 1000, keep_in_memory: bool = True,
+                 shard: str | None = None):
         if format not in ("jsonl", "parquet"):
             raise ValueError(f"format must be 'jsonl' or 'parquet', got {format!r}")
         if format == "parquet":
             _require_pyarrow()
         if parquet_rows < 1:
             raise ValueError(f"parquet_rows must be >= 1, got {parquet_rows}")
+        if shard is not None and (not shard or "/" in shard or shard.startswith(".")):
+            raise ValueError(f"shard must be a plain file name stem, got {shard!r}")
         self.path = Path(path) if path is not None else None
         self.format = format
         self.fsync = fsync
@@ -77,6 +83,7 @@ class WMReplay:
         self.errors: list[LoadError] = []
         self._fd: int | None = None
         self._owner_pid: int | None = None
+        self._fixed_shard = shard
         self._shard = ""
         self._part = 0
         self._pending_rows = 0
@@ -135,7 +142,8 @@ class WMReplay:
             assert self.path is not None
             self.path.mkdir(parents=True, exist_ok=True)
             self._owner_pid = os.getpid()
-            self._shard = f"transitions-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            self._shard = self._fixed_shard or \
+                f"transitions-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
             self._part, self._pending_rows, self._fd = 0, 0, None
         if self._fd is None:
             self._fd = os.open(self._segment_path(), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

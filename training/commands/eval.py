@@ -65,6 +65,9 @@ class EvalArguments:
     step) to <name>.trajectories.jsonl."""
     show: int = 0
     """Print the first N episodes step by step (what the model wrote and what was parsed)."""
+    replay: str | None = None
+    """Also append every transition to this WM replay folder (the schema of expert demos and
+    training rollouts; e.g. for paw-gym eval-wm or train-wm)."""
 
 
 def add_parser(subparsers) -> None:
@@ -186,12 +189,14 @@ def evaluate_command(arguments: EvalArguments) -> int:
         raise UserError(f"{existing[0]} already exists; choose another --name or --out, or "
                         "pass --overwrite true to replace it")
     require_writable(out, "--out")
+    if arguments.replay:
+        require_writable(arguments.replay, "--replay")
     try:
         agent = build_agent(arguments, env_id)
     except (ValueError, FileNotFoundError, OSError) as error:
         raise UserError(str(error)) from error
-    from training.evaluate import evaluate, show_episodes, to_markdown, write_tables, \
-        write_trajectories
+    from training.evaluate import (evaluate, show_episodes, to_markdown, write_replay,
+                                   write_tables, write_trajectories)
 
     state = Path(arguments.checkpoint or "") / "state.json"
     meta = {"agent": arguments.agent, "model": arguments.model or trained.get("model"),
@@ -214,6 +219,8 @@ def evaluate_command(arguments: EvalArguments) -> int:
         paths["trajectories"] = write_trajectories(result, out / f"{name}.trajectories.jsonl")
     elif (out / f"{name}.trajectories.jsonl").exists():  # --overwrite: no stale episodes left
         (out / f"{name}.trajectories.jsonl").unlink()
+    if arguments.replay:
+        paths["replay"] = write_replay(result, arguments.replay)
     if arguments.show:
         print(show_episodes(result, arguments.show))
     print(to_markdown(result, f"{arguments.agent} on {env_id} ({plan.split or 'no split'})"))
