@@ -43,6 +43,8 @@ COMMAND_MODULES = [
     "training.commands.train",
     "training.commands.eval",
     "training.commands.sft",
+    "training.commands.train_wm",
+    "training.commands.eval_wm",
     "training.commands.demo",
     "training.commands.plot",
 ]

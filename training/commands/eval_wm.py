@@ -1,0 +1,176 @@
+"""``paw-gym eval-wm``: how well a model predicts next observations on a replay's held-out
+transitions, per task type and overall.
+
+For each transition the model samples --samples answers in the world-model prompt format
+(docs/world_models.md); the table gives the mean embedding cosine between predicted and real
+next observations, the % at or above tau, the % exactly right, and the % of GRPO groups (the
+samples of one transition) whose embedding rewards are not all equal. It writes
+<name>.predictions.jsonl, <name>.md and <name>.json; --from_predictions recomputes the table
+from a predictions file without the model.
+
+Examples:
+  paw-gym eval-wm --checkpoint runs/wm-rwml --replay runs/shelf-replay
+  paw-gym eval-wm --checkpoint runs/paw/step-000100 --replay runs/shelf-replay --name paw
+  paw-gym eval-wm --from_predictions runs/eval-wm/paw.predictions.jsonl --tau 0.9 --name paw-0.9
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+from training.world_model import DEFAULT_TAU
+
+
+@dataclass
+class EvalWMArguments:
+    """What ``paw-gym eval-wm`` evaluates and where it writes."""
+
+    replay: str | None = None
+    """WMReplay directory (default: the replay a train-wm --checkpoint was trained on)."""
+    model: str | None = None
+    """Hub name or model directory (the base model of a LoRA --checkpoint)."""
+    checkpoint: str | None = None
+    """train-wm output folder, trainer checkpoint (paw-gym train), saved model or adapter."""
+    from_predictions: str | None = None
+    """Recompute the table from this predictions file (no model, no replay)."""
+    split: Literal["validation", "train", "all"] = "validation"
+    """Transitions to evaluate: the held-out episodes, the training ones, or all."""
+    val_fraction: float | None = None
+    """Held-out share of the episodes (default: the train-wm checkpoint's, else 0.1)."""
+    split_seed: int | None = None
+    """Seed of the episode split (default: the train-wm checkpoint's seed, else 0)."""
+    limit: int | None = None
+    """Evaluate only the first N transitions of the split."""
+    samples: int = 8
+    """Answers sampled per transition (a GRPO group)."""
+    temperature: float = 1.0
+    """Sampling temperature (0: greedy)."""
+    max_new_tokens: int = 256
+    """Token budget of an answer."""
+    seed: int = 0
+    """Sampling seed."""
+    tau: float = DEFAULT_TAU
+    """Cosine threshold of the embedding reward."""
+    embedding_model: str = "all-MiniLM-L6-v2"
+    """sentence-transformers model that embeds the observations."""
+    device: str | None = None
+    """Torch device of the model (default: cuda when available, else cpu)."""
+    out: str = "runs/eval-wm"
+    """Output directory."""
+    name: str | None = None
+    """File stem (default: wm_<split>, or the predictions file's stem)."""
+    overwrite: bool = False
+    """Replace files of the same name in --out."""
+
+
+def add_parser(subparsers) -> None:
+    from training.cli import add_command
+
+    add_command(subparsers, "eval-wm", EvalWMArguments,
+                help="evaluate next-observation prediction on a replay's held-out transitions",
+                description=__doc__).set_defaults(func=run)
+
+
+def run(args) -> int:
+    from training.cli import arguments_from
+
+    return evaluate_world_model(arguments_from(args, EvalWMArguments))
+
+
+def trained_wm_settings(checkpoint: str | None) -> dict:
+    """``wm_config.json`` of a train-wm output folder (its replay and split), or {}."""
+    path = Path(checkpoint or "") / "wm_config.json"
+    if not checkpoint or not path.is_file():
+        return {}
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    return {"replay": saved.get("replay"), **{k: saved["config"][k]
+                                              for k in ("seed", "val_fraction")}}
+
+
+def evaluate_world_model(arguments: EvalWMArguments) -> int:
+    from training.cli import UserError, require_writable
+    from training.world_model import (EmbeddingReward, load_examples, predict, read_predictions,
+                                      select_split, summarize_predictions, table_markdown,
+                                      write_predictions, write_wm_tables)
+
+    if not -1.0 <= arguments.tau <= 1.0:
+        raise UserError(f"--tau must be a cosine in [-1, 1], got {arguments.tau}")
+    if arguments.samples < 1 or arguments.max_new_tokens < 1:
+        raise UserError(f"--samples and --max_new_tokens must be >= 1, got {arguments.samples} "
+                        f"and {arguments.max_new_tokens}")
+    if arguments.limit is not None and arguments.limit < 1:
+        raise UserError(f"--limit must be >= 1, got {arguments.limit}")
+    if arguments.temperature < 0:
+        raise UserError(f"--temperature must be >= 0, got {arguments.temperature}")
+    trained = trained_wm_settings(arguments.checkpoint)
+    seed = arguments.split_seed if arguments.split_seed is not None else trained.get("seed", 0)
+    val_fraction = arguments.val_fraction if arguments.val_fraction is not None else \
+        trained.get("val_fraction", 0.1)
+    if not 0.0 <= val_fraction < 1.0:
+        raise UserError(f"--val_fraction must be in [0, 1), got {val_fraction}")
+    meta = {"tau": arguments.tau, "embedding_model": arguments.embedding_model,
+            "arguments": asdict(arguments)}
+    if arguments.from_predictions:
+        if not Path(arguments.from_predictions).is_file():
+            raise UserError(f"--from_predictions {arguments.from_predictions!r} is not a file")
+        try:
+            records = read_predictions(arguments.from_predictions)
+        except ValueError as error:
+            raise UserError(str(error)) from None
+        name = arguments.name or Path(arguments.from_predictions).name.removesuffix(
+            ".predictions.jsonl").removesuffix(".jsonl") + "-recomputed"
+        meta["from_predictions"] = arguments.from_predictions
+    else:
+        if not arguments.model and not arguments.checkpoint:
+            raise UserError("give --model or --checkpoint (or --from_predictions FILE)")
+        replay = arguments.replay or trained.get("replay")
+        if not replay:
+            raise UserError("give --replay DIR (the transitions to predict)")
+        if not Path(replay).exists():
+            raise UserError(f"--replay {replay!r} does not exist")
+        try:
+            examples = select_split(load_examples(replay), arguments.split, seed, val_fraction)
+        except ValueError as error:
+            raise UserError(str(error)) from None
+        if not examples:
+            raise UserError(f"replay {replay!r} has no {arguments.split} transitions (split seed "
+                            f"{seed}, val_fraction {val_fraction}); record more episodes or "
+                            "use --split all")
+        examples = examples[:arguments.limit] if arguments.limit else examples
+        name = arguments.name or f"wm_{arguments.split}"
+        meta.update(replay=replay, split=arguments.split, split_seed=seed,
+                    val_fraction=val_fraction, transitions=len(examples),
+                    model=arguments.model, checkpoint=arguments.checkpoint)
+    out = Path(arguments.out)
+    files = [out / f"{name}.{suffix}" for suffix in ("md", "json", "predictions.jsonl")]
+    existing = [str(p) for p in files if p.exists()]
+    if existing and not arguments.overwrite:
+        raise UserError(f"{existing[0]} already exists; choose another --name or --out, or "
+                        "pass --overwrite true to replace it")
+    require_writable(out, "--out")
+    if not arguments.from_predictions:
+        from training.evaluate import load_policy
+
+        checkpoint = arguments.checkpoint
+        if checkpoint and (Path(checkpoint) / "wm_config.json").is_file():
+            checkpoint = str(Path(checkpoint) / "model")  # a train-wm output folder
+        try:
+            policy = load_policy(arguments.model, checkpoint, arguments.device, arguments.seed)
+        except (ValueError, FileNotFoundError, OSError) as error:
+            raise UserError(str(error)) from error
+        print(f"predicting {len(examples)} {arguments.split} transitions x {arguments.samples} "
+              "samples")
+        records = predict(policy, examples, arguments.samples,
+                          temperature=arguments.temperature,
+                          max_new_tokens=arguments.max_new_tokens, seed=arguments.seed)
+        write_predictions(records, out / f"{name}.predictions.jsonl")
+    rows = summarize_predictions(records, EmbeddingReward(arguments.embedding_model,
+                                                          arguments.tau))
+    paths = write_wm_tables(rows, meta, out, name)
+    print(table_markdown(rows, name, arguments.tau))
+    print("written: " + ", ".join(str(p) for p in [*paths.values()] + (
+        [] if arguments.from_predictions else [out / f"{name}.predictions.jsonl"])))
+    return 0

@@ -1,0 +1,85 @@
+"""``paw-gym train-wm``: train a world model on a WM replay (rwml, sft or cmae).
+
+Examples:
+  paw-gym play --env PaW/Shelf-v0 --agent random --episodes 200 --replay runs/shelf-replay
+  paw-gym train-wm --method rwml --model runs/tiny-base --replay runs/shelf-replay \\
+      --output_dir runs/wm-rwml --lr 1e-4 --steps 200
+  paw-gym train-wm --method sft --model Qwen/Qwen2.5-0.5B-Instruct --lora true \\
+      --record_env PaW/FrozenLake-v0 --record_agent policy --record_episodes 100 \\
+      --output_dir runs/wm-sft
+
+The model (or LoRA adapter) is saved to <output_dir>/model (`paw-gym eval-wm --checkpoint`
+reads it), with metrics.jsonl and curves.png beside it. See docs/world_models.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+
+@dataclass
+class RecordArguments:
+    """Episodes to record into <output_dir>/replay before training (instead of --replay)."""
+
+    record_env: str | None = None
+    """Record episodes of this env id first and train on them."""
+    record_agent: Literal["expert", "random", "policy"] = "policy"
+    """Who plays them: expert, random, or policy (--model sampled at temperature 1, RWML's own
+    rollouts)."""
+    record_episodes: int = 50
+    """Episodes to record (task seeds seed .. seed+N-1)."""
+    record_env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Env constructor arguments for --record_env: key=value[,key=value] or a YAML mapping."""
+
+
+def add_parser(subparsers) -> None:
+    from training.cli import add_command
+    from training.world_model import WorldModelConfig
+
+    add_command(subparsers, "train-wm", RecordArguments, config=WorldModelConfig,
+                help="train a world model on a replay: RWML (GRPO), WM SFT or offline CMAE",
+                description=__doc__).set_defaults(func=run)
+
+
+def run(args) -> int:
+    from training.cli import UserError, arguments_from, check_env, require_writable
+    from training.world_model import WorldModelConfig, check_config, record_replay, \
+        train_world_model
+
+    config = arguments_from(args, WorldModelConfig)
+    recording = arguments_from(args, RecordArguments)
+    try:
+        check_config(config)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    if config.replay and recording.record_env:
+        raise UserError("give --replay or --record_env, not both (recorded episodes go to "
+                        "<output_dir>/replay)")
+    if recording.record_env:
+        check_env(recording.record_env, recording.record_env_kwargs)
+        if recording.record_episodes < 1:
+            raise UserError(f"--record_episodes must be >= 1, got {recording.record_episodes}")
+    elif not config.replay:
+        raise UserError("give --replay DIR (a WMReplay, e.g. from `paw-gym play --replay`) or "
+                        "--record_env ENV to record one")
+    elif not Path(config.replay).exists():
+        raise UserError(f"--replay {config.replay!r} does not exist; record one with "
+                        "`paw-gym play --env ENV --replay DIR` or use --record_env")
+    require_writable(config.output_dir, "--output_dir")
+    if recording.record_env:
+        replay = Path(config.output_dir) / "replay"
+        record_replay(recording.record_env, recording.record_agent, recording.record_episodes,
+                      replay, model=config.model, seed=config.seed,
+                      temperature=config.temperature, max_new_tokens=config.max_new_tokens,
+                      device=config.device, progress=config.progress,
+                      **recording.record_env_kwargs)
+        print(f"recorded {recording.record_episodes} {recording.record_agent} episodes of "
+              f"{recording.record_env} into {replay}")
+    try:
+        model_dir, _ = train_world_model(config)
+    except (ValueError, FileNotFoundError) as error:
+        raise UserError(str(error)) from error
+    print(f"saved to {model_dir} (metrics: {Path(config.output_dir) / 'metrics.jsonl'})")
+    return 0
