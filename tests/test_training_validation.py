@@ -159,3 +159,16 @@ def test_every_run_writes_each_rollout_transition_to_its_replay_once(tiny_model_
     PaWTrainer(_config(tiny_model_dir, tmp_path / "off", total_steps=1,
                        record_replay=False)).train()
     assert not (tmp_path / "off" / "replay").exists()
+
+
+def test_validation_does_not_change_what_training_samples(tiny_model_dir, tmp_path):
+    from wrappers import WMReplay
+
+    actions = []
+    for val_every in (0, 1):
+        out = tmp_path / f"val{val_every}"
+        PaWTrainer(_config(tiny_model_dir, out, val_every=val_every, val_limit=3,
+                           save_every=0)).train()
+        actions.append([r["a"] for r in sorted(WMReplay.load(out / "replay").records,
+                                               key=lambda r: (r["episode_id"], r["step"]))])
+    assert actions[0] == actions[1] and len(set(actions[0])) > 1
