@@ -23,8 +23,10 @@ target items never trained on):
 * world model, RWML format (``paw-gym eval-wm``): greedy prediction of o_next from the WM
   prompt, % exact and % with MiniLM cosine ≥ τ, on held-out transitions (expert episodes of
   the test split);
-* world model, PaW format (``training.pretrain.next_observation_accuracy``): % of the same
-  held-out transitions whose o_next greedy decoding after h ⊕ a reproduces exactly.
+* world model, the policy's own serialisations (``training.pretrain.next_observation_accuracy``):
+  % of the same held-out transitions whose o_next greedy decoding reproduces exactly, and % of
+  o_next tokens right, after h ⊕ a ⊕ <end of turn> (the pretraining transcripts') and after
+  h ⊕ a (the PaW term's: o_next right after the response, which ends at ``</action>``).
 
 RL budgets are equal (20 updates); the world-model stages add their own CPU time, recorded
 per variant (``cpu_s``). Paired design: a seed fixes demos, base, RL tasks and sampling, so the
@@ -141,12 +143,15 @@ def measure(model: Path, held_out: Path, seed: int) -> dict[str, Any]:
     records = predict(policy, load_examples(held_out), 1, temperature=0.0, max_new_tokens=96,
                       seed=seed)
     wm = summarize_predictions(records, EmbeddingReward(tau=DEFAULT_TAU))[-1]
-    paw_format = next_observation_accuracy(policy, held_out)
+    pretraining_format = next_observation_accuracy(policy, held_out)
+    paw_format = next_observation_accuracy(policy, held_out, end_of_turn=False)
     return {"success": result.row().success,
             "success_by_type": {r.task_type: r.success for r in result.rows[:-1]},
             "invalid": result.row().invalid, "wm_exact": wm["exact"],
             "wm_above_tau": wm["above_tau"], "wm_similarity": wm["similarity"],
-            "next_obs_exact": paw_format["exact"], "next_obs_token": paw_format["token"],
+            "next_obs_exact": pretraining_format["exact"],
+            "next_obs_token": pretraining_format["token"],
+            "paw_obs_exact": paw_format["exact"], "paw_obs_token": paw_format["token"],
             "wm_items": wm["items"]}
 
 
@@ -241,8 +246,10 @@ def report() -> str:
             if "-" not in p.stem]  # whole seeds only
     if not runs:
         return "no results yet"
-    keys = (("success", "held-out success %"), ("next_obs_exact", "o_next exact, PaW format %"),
-            ("next_obs_token", "o_next tokens, PaW format %"),
+    keys = (("success", "held-out success %"),
+            ("next_obs_exact", "o_next exact after h⊕a⊕eot %"),
+            ("paw_obs_exact", "o_next exact after h⊕a (PaW's) %"),
+            ("paw_obs_token", "o_next tokens after h⊕a %"),
             ("wm_exact", "o_next exact, WM prompt %"), ("wm_above_tau", "cos ≥ τ, WM prompt %"))
     lines = [f"Seeds {[r['seed'] for r in runs]} on {ENV}; mean ± std over seeds.", "",
              "| variant | " + " | ".join(label for _, label in keys) + " | CPU s |",

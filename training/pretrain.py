@@ -59,10 +59,12 @@ class PretrainConfig:
     """Show a progress bar."""
 
 
-def transcript_parts(policy, replay_dir: str | Path, max_seq_len: int
-                     ) -> list[tuple[list[int], int, int, int]]:
+def transcript_parts(policy, replay_dir: str | Path, max_seq_len: int,
+                     end_of_turn: bool = True) -> list[tuple[list[int], int, int, int]]:
     """``serialize``d chat(h) ⊕ a ⊕ <end of turn> ⊕ o_next of every record with an action:
-    ``(ids, prompt_len, action_len, obs_len)``."""
+    ``(ids, prompt_len, action_len, obs_len)``. ``end_of_turn=False`` leaves the end-of-turn
+    token out, as the trainer's PaW term does (o_next right after the sampled response, which
+    ends at the ``</action>`` stop string)."""
     from training.batch import serialize
     from wrappers import WMReplay
 
@@ -73,7 +75,8 @@ def transcript_parts(policy, replay_dir: str | Path, max_seq_len: int
         if not action:
             continue
         prompt_ids, _ = policy.encode_prompt(str(record["h"]), max_new_tokens=1)
-        action_ids = policy.tokenizer(action, add_special_tokens=False)["input_ids"] + [eos]
+        action_ids = policy.tokenizer(action, add_special_tokens=False)["input_ids"] + \
+            ([eos] if end_of_turn else [])
         obs_ids = policy.tokenizer(str(record.get("o_next") or ""),
                                    add_special_tokens=False)["input_ids"]
         rows.append(serialize(prompt_ids, action_ids, obs_ids, max_seq_len))
@@ -87,14 +90,16 @@ def transcript_rows(policy, replay_dir: str | Path, max_seq_len: int) -> list[li
     return [ids for ids, *_ in transcript_parts(policy, replay_dir, max_seq_len)]
 
 
-def next_observation_accuracy(policy, replay_dir: str | Path, max_seq_len: int = 1024
-                              ) -> dict[str, float]:
-    """The policy read as a world model, on a replay's transitions (the PaW serialisation).
+def next_observation_accuracy(policy, replay_dir: str | Path, max_seq_len: int = 1024,
+                              end_of_turn: bool = True) -> dict[str, float]:
+    """The policy read as a world model, on a replay's transitions.
 
     ``exact``: % of transitions whose next observation greedy decoding after
     chat(h) ⊕ a ⊕ <end of turn> reproduces token for token (equivalently: every o_next token
     is the argmax given the true prefix); ``token``: % of o_next tokens that are the argmax.
-    Transitions with an empty next observation are skipped (nothing to predict).
+    ``end_of_turn=True`` is the pretraining transcripts' serialisation; ``False`` is the PaW
+    term's (o_next right after the action). Transitions with an empty next observation are
+    skipped (nothing to predict).
     """
     import torch
 
@@ -103,7 +108,7 @@ def next_observation_accuracy(policy, replay_dir: str | Path, max_seq_len: int =
     exact = tokens = total = transitions = 0
     with torch.no_grad():
         for ids, prompt_len, action_len, obs_len in transcript_parts(policy, replay_dir,
-                                                                     max_seq_len):
+                                                                     max_seq_len, end_of_turn):
             if not obs_len:
                 continue
             logits = model(torch.tensor([ids], device=device)).logits[0]
