@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -118,9 +119,13 @@ EnvSource = str | Callable[[], gym.Env]
 
 
 def env_factory(env: EnvSource, **kwargs: Any) -> Callable[[], gym.Env]:
-    """A zero-argument factory for ``env``: an id (plus ``make_agent_env`` kwargs) or a factory."""
+    """A zero-argument factory for ``env``: an id (plus ``make_agent_env`` kwargs) or a factory.
+
+    The factory of an id pickles (a ``functools.partial``), so env workers started with
+    ``spawn`` can build their envs from it.
+    """
     if isinstance(env, str):
-        return lambda: make_agent_env(env, **kwargs)
+        return functools.partial(make_agent_env, env, **kwargs)
     if callable(env):
         if kwargs:
             raise ValueError(f"env settings {sorted(kwargs)} only apply to an env id; a factory "
@@ -131,8 +136,11 @@ def env_factory(env: EnvSource, **kwargs: Any) -> Callable[[], gym.Env]:
 
 def action_format_of(env: gym.Env) -> str:
     """The ``ParseAction`` format of a wrapped env (``"action"`` when there is none)."""
+    from agents.env_workers import RemoteEnv
     from wrappers import ParseAction
 
+    if isinstance(env, RemoteEnv):  # an env in a worker process: the format read there
+        return env.action_format
     while isinstance(env, gym.Wrapper):
         if isinstance(env, ParseAction):
             return env.action_format

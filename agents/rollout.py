@@ -7,6 +7,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from agents.base import Agent, Policy, Sampling, as_agent
+from agents.env_workers import EnvWorkers, InProcessEnvs
 from agents.envs import EnvSource, env_factory
 from agents.sampling import DEFAULT_STOP
 from agents.types import PolicyOutput, Trajectory, Transition
@@ -26,6 +27,7 @@ def rollout(
     task_options: Sequence[Mapping[str, Any] | None] | None = None,
     max_steps: int | None = None,
     progress: bool = False,
+    num_env_workers: int = 0,
     **env_settings: Any,
 ) -> list[Trajectory]:
     """Run ``num_groups * group_size`` episodes in lockstep and return their trajectories.
@@ -49,11 +51,21 @@ def rollout(
         max_steps: stop episodes after this many steps (marked truncated) in addition to the
             env's own time limit.
         progress: show a progress bar over steps.
+        num_env_workers: build, reset and step the envs in this many worker processes (each
+            owning a share of the envs, capped at their number), so a step's env work runs in
+            parallel; pays off for slow envs (ALFWorld), costs a little on fast ones (see
+            ``benchmarks/env_workers.py``). 0 keeps them in this process. Trajectories are the
+            same either way; agents get :class:`~agents.env_workers.RemoteEnv` handles that
+            forward attribute reads and method calls (``expert_action``) to the worker.
     Returns:
         ``num_groups * group_size`` trajectories, group by group (``group_index`` set).
     """
     if num_groups < 1 or group_size < 1:
         raise ValueError(f"num_groups and group_size must be >= 1, got {num_groups}, {group_size}")
+    if isinstance(num_env_workers, bool) or not isinstance(num_env_workers, int) \
+            or num_env_workers < 0:
+        raise ValueError(f"num_env_workers must be an integer >= 0 (0: envs in this process), got "
+                         f"{num_env_workers!r}")
     rng = np.random.default_rng(seed)
     seeds = list(task_seeds) if task_seeds is not None else \
         rng.integers(0, 2**31 - 1, size=num_groups).tolist()
@@ -64,24 +76,28 @@ def rollout(
     agent = as_agent(agent)
     sampling = Sampling(temperature, max_new_tokens, tuple(stop) if stop else None)
     make = env_factory(env, **env_settings)
-    envs = [make() for _ in range(num_groups * group_size)]
+    num_envs = num_groups * group_size
+    envs = EnvWorkers(make, num_envs, min(num_env_workers, num_envs)) if num_env_workers else \
+        InProcessEnvs(make, num_envs)
     try:
         trajectories = _run(agent, envs, group_size, seeds, options, sampling, rng, max_steps,
                             progress)
     finally:
-        for e in envs:
-            e.close()
+        envs.close()
     agent.end_episodes(trajectories)
     return trajectories
 
 
-def _run(agent: Agent, envs, group_size, seeds, options, sampling, rng, max_steps, progress):
+def _run(agent: Agent, envs: InProcessEnvs | EnvWorkers, group_size, seeds, options, sampling,
+         rng, max_steps, progress):
     from paw_gym.progress import progress_bar
 
+    num_envs = len(envs.handles)
+    groups = [index // group_size for index in range(num_envs)]
+    resets = envs.reset([(index, int(seeds[group]), options[group])
+                         for index, group in enumerate(groups)])
     prompts, infos, trajectories = [], [], []
-    for index, env in enumerate(envs):
-        group = index // group_size
-        prompt, info = env.reset(seed=int(seeds[group]), options=options[group])
+    for group, (prompt, info) in zip(groups, resets):
         prompts.append(prompt)
         infos.append(info)
         trajectories.append(Trajectory(task_id=str(info.get("task_id", "")),
@@ -89,20 +105,21 @@ def _run(agent: Agent, envs, group_size, seeds, options, sampling, rng, max_step
                                        group_index=group,
                                        initial_observation=str(info.get("raw_observation",
                                                                         prompt))))
-    live = list(range(len(envs)))
+    live = list(range(num_envs))
     bar = progress_bar(desc="rollout steps", unit="step", disable=not progress)
     step = 0
     while live:
         outputs = agent.decide([prompts[i] for i in live], [infos[i] for i in live],
-                               [envs[i] for i in live], sampling,
+                               [envs.handles[i] for i in live], sampling,
                                int(rng.integers(0, 2**31 - 1)))
         if len(outputs) != len(live):
             raise RuntimeError(f"{type(agent).__name__}.decide returned {len(outputs)} outputs "
                                f"for {len(live)} prompts")
         step += 1
+        results = envs.step([(i, _policy_action(output)) for i, output in zip(live, outputs)])
         still_live = []
-        for i, output in zip(live, outputs):
-            transition, prompts[i] = _step(envs[i], prompts[i], output)
+        for i, output, result in zip(live, outputs, results):
+            transition, prompts[i] = _transition(prompts[i], output, result)
             if max_steps is not None and step >= max_steps and not transition.terminated:
                 transition.truncated = True
             trajectories[i].transitions.append(transition)
@@ -118,13 +135,18 @@ def _run(agent: Agent, envs, group_size, seeds, options, sampling, rng, max_step
     return trajectories
 
 
-def _step(env, prompt: str, output: PolicyOutput) -> tuple[Transition, str]:
-    """Step ``env`` with the response; return the transition and the next prompt."""
+def _policy_action(output: PolicyOutput):
+    """The response as the env's action, carrying the policy's metadata (for recorders)."""
     from wrappers import PolicyAction
 
-    action = PolicyAction(output.text, action_entropy=output.mean_entropy,
-                          prompt_ids=output.prompt_ids, response_ids=output.response_ids)
-    next_prompt, reward, terminated, truncated, info = env.step(action)
+    return PolicyAction(output.text, action_entropy=output.mean_entropy,
+                        prompt_ids=output.prompt_ids, response_ids=output.response_ids)
+
+
+def _transition(prompt: str, output: PolicyOutput, step_result: tuple) -> tuple[Transition, str]:
+    """The transition of one env step (``step_result``: what ``env.step`` returned) and the
+    next prompt."""
+    next_prompt, reward, terminated, truncated, info = step_result
     info = dict(info)
     next_observation = info.pop("raw_observation", next_prompt)
     transition = Transition(

@@ -21,7 +21,8 @@ def env_settings(config: TrainConfig) -> dict[str, Any]:
 
 class EnvCollector:
     """``collect(policy, task_seeds, group_size, temperature, seed)`` on ``config.env_id``:
-    one group of ``group_size`` episodes per task seed, all groups stepped in one batch."""
+    one group of ``group_size`` episodes per task seed, all groups stepped in one batch (the
+    envs in ``config.num_env_workers`` worker processes when set, see ``agents.rollout``)."""
 
     def __init__(self, config: TrainConfig, progress: bool = False):
         self.config = config
@@ -38,4 +39,5 @@ class EnvCollector:
                        len(task_seeds), group_size,
                        temperature=temperature, max_new_tokens=self.config.max_new_tokens,
                        seed=seed, task_seeds=task_seeds, max_steps=self.config.max_episode_steps,
-                       progress=self.progress)
+                       progress=self.progress,
+                       num_env_workers=getattr(self.config, "num_env_workers", 0))

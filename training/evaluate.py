@@ -304,8 +304,8 @@ def evaluate(agent, env_id: str, task_seeds: Sequence[int] | EvalPlan, *,
              temperature: float | None = None, max_new_tokens: int = 512,
              max_steps: int | None = None, seed: int = 0, trials: int = 1,
              progress: bool = False, meta: dict[str, Any] | None = None,
-             env_kwargs: dict[str, Any] | None = None, **env_settings: Any
-             ) -> EvalResult:
+             env_kwargs: dict[str, Any] | None = None, num_env_workers: int = 0,
+             **env_settings: Any) -> EvalResult:
     """Play the episodes of ``task_seeds`` with ``agent`` (a policy or an ``agents`` Agent).
 
     ``task_seeds``: an :class:`EvalPlan` (see :func:`plan_evaluation`; its split is passed to
@@ -313,7 +313,8 @@ def evaluate(agent, env_id: str, task_seeds: Sequence[int] | EvalPlan, *,
     (Reflexion learns between trials); the table is that of the last trial. ``env_settings``
     (template, split ...) and ``env_kwargs`` go to ``agents.envs.make_agent_env``; use
     ``env_kwargs`` for an env argument whose name is also a parameter here (e.g. ALFWorld's
-    ``progress``). The episodes are kept on the result (``result.trajectories``).
+    ``progress``). ``num_env_workers`` steps the envs in worker processes (see
+    ``agents.rollout``). The episodes are kept on the result (``result.trajectories``).
     """
     from agents.envs import env_factory
     from agents.rollout import rollout
@@ -335,7 +336,8 @@ def evaluate(agent, env_id: str, task_seeds: Sequence[int] | EvalPlan, *,
                                plan.repeats, temperature=temperature,
                                max_new_tokens=max_new_tokens, seed=seed,
                                task_seeds=plan.task_seeds, task_options=plan.task_options,
-                               max_steps=max_steps, progress=progress)
+                               max_steps=max_steps, progress=progress,
+                               num_env_workers=num_env_workers)
     info = {"env_id": env_id, "temperature": temperature, "trials": trials,
             "max_new_tokens": max_new_tokens, "max_steps": max_steps, "sampling_seed": seed,
             **plan.describe(), **(meta or {})}
