@@ -147,3 +147,14 @@ def test_a_log_file_gets_plain_lines_not_carriage_returns():
     assert 1 <= len(lines) <= 11 and lines[-1].startswith("rollout: 50/50 step")
     assert list(progress_bar(range(4), file=io.StringIO())) == [0, 1, 2, 3]
 
+
+
+def test_eval_with_env_workers_gives_the_same_tables(tmp_path):
+    from training.cli import main
+
+    for workers in (0, 2):
+        assert main(["eval", "--env", "PaW/Shelf-v0", "--agent", "random", "--limit", "6",
+                     "--num_env_workers", str(workers), "--out", str(tmp_path),
+                     "--name", f"w{workers}"]) == 0
+    rows = [json.loads((tmp_path / f"w{w}.json").read_text())["rows"] for w in (0, 2)]
+    assert rows[0] == rows[1]

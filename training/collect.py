@@ -40,4 +40,4 @@ class EnvCollector:
                        temperature=temperature, max_new_tokens=self.config.max_new_tokens,
                        seed=seed, task_seeds=task_seeds, max_steps=self.config.max_episode_steps,
                        progress=self.progress,
-                       num_env_workers=getattr(self.config, "num_env_workers", 0))
+                       num_env_workers=self.config.num_env_workers)

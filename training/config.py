@@ -208,6 +208,10 @@ class TrainConfig:
     """Show a progress bar (in a terminal; a log file gets plain lines instead)."""
     log_every: int = 1
     """Print one line of the update's main metrics every N updates (0: never)."""
+    num_env_workers: int = 0
+    """Env worker processes per rollout (0: envs step in the trainer's process). Pays off for
+    slow envs (ALFWorld, 32 envs: 2 workers on 2 cores take 0.58x the rollout time); costs
+    ~20 ms per rollout on fast ones (benchmarks/README.md, "Env workers")."""
     record_replay: bool = True
     """Write every on-policy transition to ``<output_dir>/replay/`` (a WM replay, one shard per
     update; records carry ``update``, ``group``, ``lambda_g``, ``wm_selected``, ``advantage``,
@@ -259,6 +263,8 @@ class TrainConfig:
             raise bad("entropy_coef", "a number >= 0")
         if self.log_every < 0:
             raise bad("log_every", "an integer >= 0 (0: no metrics lines)")
+        if self.num_env_workers < 0:
+            raise bad("num_env_workers", "an integer >= 0 (0: envs in this process)")
         if self.val_every < 0:
             raise bad("val_every", "an integer >= 0 (0: no validation)")
         if self.val_limit is not None and self.val_limit < 1:

@@ -208,7 +208,8 @@ class PaWTrainer:
                           temperature=config.val_temperature,
                           max_new_tokens=config.max_new_tokens,
                           max_steps=config.max_episode_steps, seed=config.seed,
-                          env_kwargs=env_kwargs, **prompt_settings(config))
+                          env_kwargs=env_kwargs, num_env_workers=config.num_env_workers,
+                          **prompt_settings(config))
         overall = result.row()
         metrics = {"val_success": overall.success / 100, "val_score": overall.score / 100,
                    "val_return": overall.mean_return, "val_episode_length": overall.mean_steps,

@@ -52,6 +52,9 @@ class EvalArguments:
     """Env constructor arguments, merged over the checkpoint's."""
     trials: int = 1
     """Reflexion trials per task."""
+    num_env_workers: int = 0
+    """Env worker processes (0: envs step in this process; 2 halves ALFWorld's env time on
+    2 cores)."""
     device: str | None = None
     """Torch device of the policy (default: cuda when available, else cpu)."""
     out: str = "runs/eval"
@@ -213,7 +216,8 @@ def evaluate_command(arguments: EvalArguments) -> int:
                       env_kwargs=settings["env_kwargs"], template=settings["template"],
                       action_format=settings["action_format"],
                       invalid_penalty=settings["invalid_penalty"],
-                      history_length=settings["history_length"])
+                      history_length=settings["history_length"],
+                      num_env_workers=arguments.num_env_workers)
     paths = write_tables(result, out, name)
     if arguments.save_trajectories:
         paths["trajectories"] = write_trajectories(result, out / f"{name}.trajectories.jsonl")
