@@ -15,6 +15,7 @@ RWML's table:
     rwml_rl     rwml, then vanilla GRPO
     paw         + GRPO with PaW (CMAE world-model co-training)
     rwml_paw    rwml, then GRPO with PaW
+    gentle_wm_sft, gentle_wm_sft_rl   a gentler WM SFT (30 steps at lr 1e-4), alone and then RL
 
 Every variant's final model is measured three ways on held-out tasks (the ``test`` split:
 target items never trained on):
@@ -53,11 +54,15 @@ if __package__ in (None, ""):
 ENV = "PaW/Shelf-v0"
 RESULTS = Path(__file__).resolve().parent / "results" / "wm_pipelines"
 WORK = Path("runs/wm_pipelines")
-VARIANTS = ("base", "wm_sft", "rwml", "rl", "wm_sft_rl", "rwml_rl", "paw", "rwml_paw")
+VARIANTS = ("base", "wm_sft", "rwml", "rl", "wm_sft_rl", "rwml_rl", "paw", "rwml_paw",
+            "gentle_wm_sft", "gentle_wm_sft_rl")
 LABELS = {"base": "base", "wm_sft": "WM-SFT", "rwml": "RWML", "rl": "RL", "wm_sft_rl": "WM-SFT+RL",
-          "rwml_rl": "RWML+RL", "paw": "PaW", "rwml_paw": "RWML+PaW"}
+          "rwml_rl": "RWML+RL", "paw": "PaW", "rwml_paw": "RWML+PaW",
+          "gentle_wm_sft": "gentle WM-SFT", "gentle_wm_sft_rl": "gentle WM-SFT+RL"}
 #: World-model stage sizes: WM-SFT steps; RWML = a short WM-SFT warm start, then GRPO steps.
 WM_SFT_STEPS, RWML_WARM_STEPS, RWML_STEPS = 100, 40, 30
+#: A gentler WM SFT (fewer steps, 10x lower lr), to see whether the policy survives it.
+GENTLE_STEPS, GENTLE_LR = 30, 1e-4
 #: Held-out transitions for the world-model measures (expert episodes of the test split).
 HELD_OUT_EPISODES = 48
 
@@ -88,13 +93,14 @@ def held_out_transitions(seed: int) -> Path:
     return folder
 
 
-def train_wm(method: str, model: Path, replay: Path, out: Path, seed: int, steps: int) -> Path:
+def train_wm(method: str, model: Path, replay: Path, out: Path, seed: int, steps: int,
+             lr: float | None = None) -> Path:
     from training.world_model import WorldModelConfig, train_world_model
 
     if not (out / "model" / "config.json").is_file():
         train_world_model(WorldModelConfig(
             method=method, model=str(model), replay=str(replay), output_dir=str(out),
-            steps=steps, batch_size=8, lr=1e-3 if method == "sft" else 1e-4, seed=seed,
+            steps=steps, batch_size=8, lr=lr or (1e-3 if method == "sft" else 1e-4), seed=seed,
             group_size=8, max_new_tokens=64, easy_filter=False, device="cpu", progress=False,
             log_every=steps))
     return out / "model"
@@ -177,6 +183,10 @@ def run_seed(seed: int, variants: tuple[str, ...] = VARIANTS) -> dict[str, Any]:
         "rwml_rl": ("rwml", "rwml_rl", lambda m, out: train_rl(m, out, seed, paw=False)),
         "paw": ("base", "paw", lambda m, out: train_rl(m, out, seed, paw=True)),
         "rwml_paw": ("rwml", "rwml_paw", lambda m, out: train_rl(m, out, seed, paw=True)),
+        "gentle_wm_sft": ("base", "gentle_wm_sft", lambda m, out: train_wm(
+            "sft", m, demos, out, seed, GENTLE_STEPS, lr=GENTLE_LR)),
+        "gentle_wm_sft_rl": ("gentle_wm_sft", "gentle_wm_sft_rl",
+                             lambda m, out: train_rl(m, out, seed, paw=False)),
     }
     models: dict[str, Path] = {"base": base}
     cpu: dict[str, float | None] = {"base": 0.0}
@@ -210,21 +220,36 @@ def run_seed(seed: int, variants: tuple[str, ...] = VARIANTS) -> dict[str, Any]:
     return {"seed": seed, "env": ENV, "variants": results}
 
 
+def result_path(seed: int, variants: tuple[str, ...]) -> Path:
+    """Where a seed's results go: ``seed0.json`` for every variant, else a file of its own
+    (merged into the seed's row of the report)."""
+    suffix = "" if variants == VARIANTS else "-" + "-".join(variants)
+    return RESULTS / f"seed{seed}{suffix}.json"
+
+
 def run(seeds: list[int], workers: int, variants: tuple[str, ...] = VARIANTS) -> None:
     from concurrent.futures import ProcessPoolExecutor
     from functools import partial
 
     RESULTS.mkdir(parents=True, exist_ok=True)
-    todo = [s for s in seeds if not (RESULTS / f"seed{s}.json").is_file()]
+    todo = [s for s in seeds if not result_path(s, variants).is_file()]
     # Demos first, one at a time: two base builds side by side would share the cache folder.
     for seed in todo:
         ensure_demo(seed)
     with ProcessPoolExecutor(max_workers=workers) as pool:
         for result in pool.map(partial(run_seed, variants=variants), todo):
-            path = RESULTS / f"seed{result['seed']}.json"
-            if variants != VARIANTS:  # a single pipeline: its own file, not the table's
-                path = RESULTS / f"seed{result['seed']}-{'-'.join(variants)}.json"
-            path.write_text(json.dumps(result, indent=2))
+            result_path(result["seed"], variants).write_text(json.dumps(result, indent=2))
+
+
+def load_results() -> list[dict[str, Any]]:
+    """One record per seed with every variant measured for it (whole runs and single
+    pipelines merged)."""
+    seeds: dict[int, dict[str, Any]] = {}
+    for path in sorted(RESULTS.glob("seed*.json")):
+        result = json.loads(path.read_text())
+        seeds.setdefault(result["seed"], {"seed": result["seed"], "variants": {}})
+        seeds[result["seed"]]["variants"].update(result["variants"])
+    return [seeds[s] for s in sorted(seeds)]
 
 
 def mean_ci(values: list[float]) -> tuple[float, float]:
@@ -242,10 +267,10 @@ def mean_ci(values: list[float]) -> tuple[float, float]:
 def report() -> str:
     from statistics import mean, stdev
 
-    runs = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("seed*.json"))
-            if "-" not in p.stem]  # whole seeds only
+    runs = load_results()
     if not runs:
         return "no results yet"
+    shown = [v for v in VARIANTS if all(v in r["variants"] for r in runs)]
     keys = (("success", "held-out success %"),
             ("next_obs_exact", "o_next exact after h⊕a⊕eot %"),
             ("paw_obs_exact", "o_next exact after h⊕a (PaW's) %"),
@@ -254,7 +279,7 @@ def report() -> str:
     lines = [f"Seeds {[r['seed'] for r in runs]} on {ENV}; mean ± std over seeds.", "",
              "| variant | " + " | ".join(label for _, label in keys) + " | CPU s |",
              "|---|" + "---:|" * (len(keys) + 1)]
-    for name in VARIANTS:
+    for name in shown:
         cells = []
         for key, _ in keys:
             values = [r["variants"][name][key] for r in runs]
@@ -265,7 +290,7 @@ def report() -> str:
     lines += ["", "Paired differences against RL (mean ± 95 % CI over seeds, points):", "",
               "| variant − RL | " + " | ".join(label for _, label in keys) + " |",
               "|---|" + "---:|" * len(keys)]
-    for name in VARIANTS:
+    for name in shown:
         if name == "rl":
             continue
         cells = []
@@ -277,7 +302,7 @@ def report() -> str:
     types = sorted(runs[0]["variants"]["base"]["success_by_type"])
     lines += ["", "Held-out success per task type (mean over seeds, %):", "",
               "| variant | " + " | ".join(types) + " |", "|---|" + "---:|" * len(types)]
-    for name in VARIANTS:
+    for name in shown:
         cells = [f"{mean(r['variants'][name]['success_by_type'][t] for r in runs):.1f}"
                  for t in types]
         lines.append(f"| {LABELS[name]} | " + " | ".join(cells) + " |")
