@@ -88,17 +88,19 @@ def run(args) -> int:
     return evaluate_command(arguments_from(args, EvalArguments))
 
 
-def trained_settings(checkpoint: str | None) -> dict[str, Any]:
-    """The TrainConfig a trainer checkpoint was trained with (its ``state.json``), or {}."""
+def checkpoint_state(checkpoint: str | None) -> dict[str, Any]:
+    """A trainer checkpoint's ``state.json`` (its ``step`` and the TrainConfig it was trained
+    with, ``config``), or {} for anything else."""
     if checkpoint is None:
         return {}
     state_file = Path(checkpoint) / "state.json"
     if not state_file.is_file():
         return {}
     try:
-        return dict(json.loads(state_file.read_text(encoding="utf-8")).get("config") or {})
-    except (json.JSONDecodeError, AttributeError):
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
         return {}  # load_policy names the damaged file
+    return state if isinstance(state, dict) else {}
 
 
 def resolve_settings(arguments: EvalArguments, trained: dict[str, Any]) -> dict[str, Any]:
@@ -166,7 +168,8 @@ def build_agent(arguments: EvalArguments, env_id: str):
 def evaluate_command(arguments: EvalArguments) -> int:
     from training.cli import UserError, check_env, require_writable
 
-    trained = trained_settings(arguments.checkpoint)
+    state = checkpoint_state(arguments.checkpoint)
+    trained = dict(state.get("config") or {})
     try:
         settings = resolve_settings(arguments, trained)
         env_id = settings["env_id"]
@@ -201,10 +204,8 @@ def evaluate_command(arguments: EvalArguments) -> int:
     from training.evaluate import (evaluate, show_episodes, to_markdown, write_replay,
                                    write_tables, write_trajectories)
 
-    state = Path(arguments.checkpoint or "") / "state.json"
     meta = {"agent": arguments.agent, "model": arguments.model or trained.get("model"),
-            "checkpoint": arguments.checkpoint,
-            "checkpoint_step": json.loads(state.read_text())["step"] if state.is_file() else None,
+            "checkpoint": arguments.checkpoint, "checkpoint_step": state.get("step"),
             "arguments": asdict(arguments),
             "settings": {k: v for k, v in settings.items() if k != "env_id"}}
     print(f"evaluating {arguments.agent} on {env_id}, split {plan.split!r}: {len(plan.task_seeds)} "
