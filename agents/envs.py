@@ -91,6 +91,17 @@ def make_agent_env(env_id: str, /, *, template: str | None = None,
                        invalid_penalty=settings.invalid_penalty)
 
 
+def env_creator(env_id: str) -> Callable[..., gym.Env]:
+    """The class or function a registered id builds its env with, loaded without building one
+    (to read its signature or class attributes)."""
+    import paw_gym  # noqa: F401  (registers the built-in ids)
+
+    entry_point = gym.spec(env_id).entry_point
+    if isinstance(entry_point, str):
+        entry_point = gym.envs.registration.load_env_creator(entry_point)
+    return entry_point
+
+
 def check_env_settings(env_id: str, env_kwargs: dict[str, Any] | None = None) -> None:
     """Raise ``ValueError`` for an unknown env id, or for ``env_kwargs`` keys its constructor
     does not take, without building the env (it can be expensive: a catalog, a game set)."""
@@ -101,10 +112,7 @@ def check_env_settings(env_id: str, env_kwargs: dict[str, Any] | None = None) ->
     if env_id not in gym.registry:
         raise ValueError(f"unknown env id {env_id!r}; registered text envs include "
                          f"{sorted(k for k in gym.registry if '/' in k)[:20]}")
-    entry_point = gym.spec(env_id).entry_point
-    if isinstance(entry_point, str):
-        entry_point = gym.envs.registration.load_env_creator(entry_point)
-    parameters = inspect.signature(entry_point).parameters.values()
+    parameters = inspect.signature(env_creator(env_id)).parameters.values()
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return
     accepted = [p.name for p in parameters if p.name not in ("self", "render_mode")]

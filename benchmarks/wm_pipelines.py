@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -252,20 +251,10 @@ def load_results() -> list[dict[str, Any]]:
     return [seeds[s] for s in sorted(seeds)]
 
 
-def mean_ci(values: list[float]) -> tuple[float, float]:
-    """Mean and the 95 % CI half-width (Student t) of ``values``."""
-    from statistics import mean, stdev
-
-    t95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-           9: 2.262}
-    n = len(values)
-    if n < 2:
-        return mean(values), float("nan")
-    return mean(values), t95.get(n - 1, 2.0) * stdev(values) / math.sqrt(n)
-
-
 def report() -> str:
     from statistics import mean, stdev
+
+    from benchmarks.study_small import mean_ci
 
     runs = load_results()
     if not runs:

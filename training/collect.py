@@ -8,7 +8,7 @@ from agents.types import Trajectory
 from training.config import TrainConfig
 
 
-def prompt_settings(config: TrainConfig) -> dict[str, Any]:
+def prompt_kwargs(config: TrainConfig) -> dict[str, Any]:
     """The configured ``make_agent_env`` prompt settings (template, history, parsing)."""
     return {"template": config.template, "action_format": config.action_format,
             "history_length": config.history_length, "invalid_penalty": config.invalid_penalty}
@@ -16,7 +16,7 @@ def prompt_settings(config: TrainConfig) -> dict[str, Any]:
 
 def env_settings(config: TrainConfig) -> dict[str, Any]:
     """``agents.rollout`` keyword arguments that build the configured prompt env."""
-    return {**prompt_settings(config), **config.env_kwargs}
+    return {**prompt_kwargs(config), **config.env_kwargs}
 
 
 class EnvCollector:

@@ -220,14 +220,9 @@ def default_temperature(env_id: str) -> float:
 def held_out_split(env_id: str) -> str | None:
     """The ``split`` that holds ``env_id``'s held-out tasks (``TextEnv.held_out_split``), read
     from the registered class without building the env; None for an env without splits."""
-    import gymnasium as gym
+    from agents.envs import env_creator
 
-    import paw_gym  # noqa: F401  (registers the built-in ids)
-
-    entry_point = gym.spec(env_id).entry_point
-    if isinstance(entry_point, str):
-        entry_point = gym.envs.registration.load_env_creator(entry_point)
-    return getattr(entry_point, "held_out_split", None)
+    return getattr(env_creator(env_id), "held_out_split", None)
 
 
 @dataclass(frozen=True)

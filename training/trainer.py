@@ -158,6 +158,7 @@ class PaWTrainer:
         bar = progress_bar(total=config.total_steps, initial=self.step, desc="PaW training",
                            unit="update", disable=not config.progress or (
                                config.log_every > 0 and not is_terminal()))
+        interrupted = False
         try:
             if config.val_before_train and self.step == 0:
                 validation = self.validate()
@@ -181,21 +182,21 @@ class PaWTrainer:
             if not config.save_every or self.step % config.save_every:
                 self.save_checkpoint()
         except KeyboardInterrupt:
-            bar.close()
-            logger.close()
-            plot_curves(out / "metrics.jsonl", out / "curves.png")
-            print(self._interrupt_report(out), file=sys.stderr, flush=True)
+            interrupted = True
             raise
         finally:
             bar.close()
             logger.close()
+            if interrupted:  # the curves of the updates that ran, and how to go on
+                plot_curves(out / "metrics.jsonl", out / "curves.png")
+                print(self._interrupt_report(out), file=sys.stderr, flush=True)
         plot_curves(out / "metrics.jsonl", out / "curves.png")
         return history
 
     def validate(self) -> dict[str, float]:
         """Play the validation tasks (``val_split``, ``val_limit``; the same tasks every time)
         with the current policy; ``val_*`` metrics, success-like ones as fractions."""
-        from training.collect import prompt_settings
+        from training.collect import prompt_kwargs
         from training.evaluate import evaluate, plan_evaluation
 
         config = self.config
@@ -209,7 +210,7 @@ class PaWTrainer:
                           max_new_tokens=config.max_new_tokens,
                           max_steps=config.max_episode_steps, seed=config.seed,
                           env_kwargs=env_kwargs, num_env_workers=config.num_env_workers,
-                          **prompt_settings(config))
+                          **prompt_kwargs(config))
         overall = result.row()
         metrics = {"val_success": overall.success / 100, "val_score": overall.score / 100,
                    "val_return": overall.mean_return, "val_episode_length": overall.mean_steps,

@@ -174,12 +174,10 @@ def evaluate_command(arguments: EvalArguments) -> int:
         settings = resolve_settings(arguments, trained)
         env_id = settings["env_id"]
         check_env(env_id, settings["env_kwargs"])
-        from training.evaluate import HELD_OUT, held_out_split, plan_evaluation
+        from training.evaluate import HELD_OUT, plan_evaluation
 
         split = None if arguments.split.lower() == "none" else arguments.split
-        if split == HELD_OUT:
-            split = held_out_split(env_id)
-        elif split is not None:
+        if split not in (None, HELD_OUT):  # a split the env does not take: one clear line
             check_env(env_id, {**settings["env_kwargs"], "split": split})
         plan = plan_evaluation(env_id, split=split, limit=arguments.limit,
                                repeats=arguments.repeats,
