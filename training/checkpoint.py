@@ -157,6 +157,11 @@ def rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     return tensors, meta
 
 
+def rng_file(rank: int) -> str:
+    """The checkpoint file of rank ``rank``'s torch RNG state."""
+    return "rng.safetensors" if rank == 0 else f"rng-rank{rank}.safetensors"
+
+
 def restore_rng(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
     torch.set_rng_state(tensors["torch_cpu"])
     if torch.cuda.is_available():

@@ -32,7 +32,7 @@ class TrainConfig:
     init_checkpoint: str | None = None
     """Start from these weights instead: a full model directory, or a LoRA adapter directory."""
     dtype: str = "auto"
-    """Weights dtype: auto, float32, bfloat16 or float16."""
+    """Weights dtype: auto, float32, bfloat16, float16, or float64 (CPU exactness checks)."""
     device: str | None = None
     """cpu, cuda, cuda:1 ... (None: CUDA when available)."""
     lora: bool = True

@@ -16,24 +16,27 @@ def torch_dtype(name: str):
     if name == "auto":
         return "auto"
     try:
-        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+                "float64": torch.float64}[name]
     except KeyError:
-        raise ValueError(f"dtype={name!r} is not one of auto, float32, bfloat16, float16") from None
+        raise ValueError(f"dtype={name!r} is not one of auto, float32, bfloat16, float16, "
+                         f"float64") from None
 
 
 def is_adapter_dir(path: str | Path | None) -> bool:
     return path is not None and Path(path, "adapter_config.json").is_file()
 
 
-def build_policy(config: TrainConfig):
-    """An ``agents.HFPolicy`` on the configured model, wrapped for training (LoRA or full)."""
+def build_policy(config: TrainConfig, device: str | None = None):
+    """An ``agents.HFPolicy`` on the configured model, wrapped for training (LoRA or full), on
+    ``device`` (default: ``config.device``)."""
     from agents.hf_policy import HFPolicy
 
     source = config.model
     if config.init_checkpoint and not is_adapter_dir(config.init_checkpoint):
         source = config.init_checkpoint  # a full fine-tuned model directory (e.g. from SFT)
     policy = HFPolicy(source, tokenizer=config.model if source != config.model else None,
-                      device=config.device, dtype=torch_dtype(config.dtype), seed=config.seed,
+                      device=device or config.device, dtype=torch_dtype(config.dtype), seed=config.seed,
                       max_context=rollout_context(config))
     if is_adapter_dir(config.init_checkpoint):
         if not config.lora:

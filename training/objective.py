@@ -174,15 +174,34 @@ def gather_logprobs(model, batch: MicroBatch, *, score_obs: bool | torch.Tensor 
                                                        want_entropy[part])
         pieces.append(logprobs)
         entropy_pieces.append(entropies)
-    values = torch.cat(pieces) if pieces else states.new_zeros(0, dtype=torch.float32)
-    logprobs = torch.zeros(score.shape, dtype=torch.float32, device=values.device)
+    dtype = torch.promote_types(states.dtype, torch.float32)  # float64 models stay float64
+    values = torch.cat(pieces) if pieces else states.new_zeros(0, dtype=dtype)
+    logprobs = torch.zeros(score.shape, dtype=dtype, device=values.device)
     logprobs = logprobs.index_put((rows, cols), values)
     entropies = None
     if with_entropy:
-        entropies = torch.zeros(score.shape, dtype=torch.float32, device=values.device)
+        entropies = torch.zeros(score.shape, dtype=dtype, device=values.device)
         if entropy_pieces:
             entropies[rows, cols] = torch.cat(entropy_pieces)
     return logprobs, entropies
+
+
+class PolicyScorer(torch.nn.Module):
+    """:func:`gather_logprobs` of ``model`` as a module's forward, so that a
+    ``DistributedDataParallel`` wrapper, which all-reduces the gradients of the passes run
+    through its own forward, sees the training pass (see ``training.distributed``).
+
+    Example:
+        >>> scorer = PolicyScorer(model)                                    # doctest: +SKIP
+        >>> logprobs, entropies = scorer(batch, score_obs=True, with_entropy=True)  # doctest: +SKIP
+    """
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, batch: MicroBatch, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return gather_logprobs(self.model, batch, **kwargs)
 
 
 def objective_weights(samples: list[Sample], selected: torch.Tensor,
@@ -224,6 +243,7 @@ def micro_batch_loss(model, batch: MicroBatch, w_rl: torch.Tensor, w_wm: torch.T
                      ) -> tuple[torch.Tensor, dict[str, float]]:
     """This micro-batch's share of the objective, and summed statistics for logging.
 
+    ``model`` is the causal LM, or a :class:`PolicyScorer` of it (possibly DDP-wrapped).
     ``w_rl`` / ``w_wm`` are the rows' weights from :func:`objective_weights`. The returned
     stats are *sums* (token counts, clipped tokens, weighted WM loss ...) so that the trainer can
     add them over micro-batches before dividing.
@@ -231,8 +251,10 @@ def micro_batch_loss(model, batch: MicroBatch, w_rl: torch.Tensor, w_wm: torch.T
     device = batch.input_ids.device
     w_rl, w_wm = w_rl.to(device), w_wm.to(device)
     wm_rows = w_wm > 0
-    logprobs, entropies = gather_logprobs(
-        model, batch, score_obs=wm_rows,
+    wrapped = isinstance(model, (PolicyScorer, torch.nn.parallel.DistributedDataParallel))
+    scorer = model if wrapped else PolicyScorer(model)
+    logprobs, entropies = scorer(
+        batch, score_obs=wm_rows,
         action_temperature=settings.action_temperature, with_entropy=True, chunk_size=chunk_size)
     action = batch.action_mask
     token_loss, clipped = ppo_clip_token_loss(logprobs, batch.old_logprobs,

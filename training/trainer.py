@@ -19,14 +19,15 @@ import torch
 from agents.types import Trajectory
 from paw_gym.progress import is_terminal, progress_bar, quiet_outside_terminal
 from training import checkpoint as ckpt
+from training import distributed
 from training.batch import collate, token_budget_batches
 from training.config import TrainConfig, save_config
 from training.diagnostics import gradient_shares, noisy_token_mask
 from training.metrics_log import MetricsLogger, plot_curves
 from training.models import (Reference, ValueModel, build_policy, build_vllm_policy,
                              trainable_parameters)
-from training.objective import (ObjectiveSettings, gather_logprobs, micro_batch_loss,
-                                objective_weights)
+from training.objective import (ObjectiveSettings, PolicyScorer, gather_logprobs,
+                                micro_batch_loss, objective_weights)
 from training.rollout_batch import RolloutBatch, build_batch
 from training.value import critic_loss, critic_values
 from wrappers.replay import WMReplay
@@ -39,12 +40,23 @@ RUN_ONLY_FIELDS = ("overwrite_output_dir", "progress", "log_every", "tensorboard
 #: The run's replay of every on-policy transition, under ``output_dir``.
 REPLAY_DIR = "replay"
 
+#: Update counters that every rank keeps identically (not summed over ranks).
+RANK_INDEPENDENT_TOTALS = ("optimizer_steps", "skipped", "critic_steps")
+
+
+def replay_shard(step: int, rank: int, world_size: int) -> str:
+    """The replay shard of update ``step`` written by ``rank``: ``update-000012``, or
+    ``update-000012-rank1`` in a multi-process run (each rank records the groups it rolled
+    out)."""
+    name = f"update-{step:06d}"
+    return name if world_size == 1 else f"{name}-rank{rank}"
+
 
 def drop_replay_after(folder: Path, step: int) -> None:
     """Remove the replay shards of updates after ``step``: a resumed run redoes those updates
     and records them again, so the replay holds every transition exactly once."""
     for shard in folder.glob("update-*.jsonl"):
-        number = shard.stem.removeprefix("update-")
+        number = shard.stem.removeprefix("update-").split("-")[0]
         if number.isdigit() and int(number) > step:
             shard.unlink()
 
@@ -65,7 +77,9 @@ class PaWTrainer:
     Each :meth:`train_step` samples ``n_groups`` tasks, rolls out ``group_size`` trajectories
     per task with the current policy, and updates the policy on the PaW objective
     (see :mod:`training.objective`). Steps are seeded from ``(seed, step)``, so a run resumed
-    from a checkpoint continues exactly as the uninterrupted run would have.
+    from a checkpoint continues exactly as the uninterrupted run would have. Under torchrun or
+    ``accelerate launch`` each process rolls out its share of the groups and the update stays
+    the single-process one (see :mod:`training.distributed`).
 
     Example:
         >>> config = load_config("configs/webshop_tiny_grpo_paw.yaml")      # doctest: +SKIP
@@ -79,8 +93,15 @@ class PaWTrainer:
             from agents.envs import check_env_settings
 
             check_env_settings(config.env_id, config.env_kwargs)
+        self.world = distributed.setup(config.device)
+        n_tasks = config.n_groups * (config.group_size if config.algo == "ppo" else 1)
+        if n_tasks < self.world.world_size:
+            raise ValueError(f"n_groups={config.n_groups} gives {n_tasks} rollout groups, fewer "
+                             f"than the {self.world.world_size} processes: each process rolls "
+                             f"out whole groups; raise n_groups or launch fewer processes")
         seed_everything(config.seed)
-        self.policy = policy if policy is not None else build_policy(config)
+        self.policy = policy if policy is not None else build_policy(
+            config, device=distributed.rank_device(self.world, config.device))
         self.model = self.policy.model
         self.tokenizer = self.policy.tokenizer
         if collect is None:
@@ -96,6 +117,8 @@ class PaWTrainer:
         params = trainable_parameters(self.model)
         if not params:
             raise ValueError("the model has no trainable parameters")
+        # The training pass runs through this module, DDP-wrapped in a multi-process run.
+        self.scorer = self.world.prepare(PolicyScorer(self.model))
         self.optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.reference = Reference(self.model, config.lora) if config.kl_coef > 0 else None
@@ -103,15 +126,17 @@ class PaWTrainer:
         # before every rollout (see _rollout_policy).
         self.vllm = build_vllm_policy(config) if config.rollout_backend == "vllm" else None
         self._vllm_synced_step: int | None = None
-        self.critic = self.critic_optimizer = None
+        self.critic = self.critic_optimizer = self.critic_trainer = None
         if config.algo == "ppo":
             self.critic = ValueModel(self.model).to(self.device)
             self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=config.critic_lr)
+            self.critic_trainer = self.world.prepare(self.critic)
         self.step = 0
         self.skipped_updates = 0
         self._warned_cut_prompts = False
         self._validation_plan = None
         self._last_batch: RolloutBatch | None = None
+        self._own_trajectories = range(0)  # this rank's rollout within _last_batch
         self.resumed_from: Path | None = None
         self.resumed_config: dict[str, Any] | None = None
 
@@ -138,45 +163,56 @@ class PaWTrainer:
 
         ``resume``: a checkpoint directory, or True for the latest one in ``output_dir``.
         """
-        config = self.config
+        config, world = self.config, self.world
         out = Path(config.output_dir)
         ckpt.check_output_dir(out, bool(resume), config.overwrite_output_dir)
-        if config.overwrite_output_dir and not resume:
-            ckpt.remove_run(out)
-        out.mkdir(parents=True, exist_ok=True)
+        world.barrier()  # every rank has checked before rank 0 changes anything
+        if world.is_main:
+            if config.overwrite_output_dir and not resume:
+                ckpt.remove_run(out)
+            out.mkdir(parents=True, exist_ok=True)
+        world.barrier()
         if resume:
             self._resume(out, resume)
-            self._announce_resume(out)
-            drop_replay_after(out / REPLAY_DIR, self.step)
-        save_config(config, out / "config.yaml")
-        logger = MetricsLogger(out, tensorboard=config.tensorboard, wandb=config.wandb,
-                               wandb_project=config.wandb_project, config=asdict(config),
-                               start_step=self.step)
+            if world.is_main:
+                self._announce_resume(out)
+                drop_replay_after(out / REPLAY_DIR, self.step)
+            world.barrier()
+        # Rank 0 writes the config, the logs, the curves and the checkpoints; every rank
+        # writes its own replay shards.
+        logger = None
+        if world.is_main:
+            save_config(config, out / "config.yaml")
+            logger = MetricsLogger(out, tensorboard=config.tensorboard, wandb=config.wandb,
+                                   wandb_project=config.wandb_project, config=asdict(config),
+                                   start_step=self.step)
         history = []
         # In a log file the metrics lines say it all; a second, coarser progress line would
         # only repeat them.
         bar = progress_bar(total=config.total_steps, initial=self.step, desc="PaW training",
-                           unit="update", disable=not config.progress or (
+                           unit="update", disable=not world.is_main or not config.progress or (
                                config.log_every > 0 and not is_terminal()))
         interrupted = False
         try:
             if config.val_before_train and self.step == 0:
                 validation = self.validate()
-                logger.log(0, validation)
-                bar.write(metrics_line(0, config.total_steps, validation))
+                if logger:
+                    logger.log(0, validation)
+                    bar.write(metrics_line(0, config.total_steps, validation))
             while self.step < config.total_steps:
                 metrics = self.train_step()
                 if config.record_replay:
                     self._record_rollout(out / REPLAY_DIR)
                 if config.val_every and self.step % config.val_every == 0:
                     metrics.update(self.validate())
-                logger.log(self.step, metrics)
                 history.append({"step": self.step, **metrics})
-                bar.update(1)
-                bar.set_postfix(reward=f"{metrics['reward']:.2f}",
-                                success=f"{metrics['success']:.2f}")
-                if config.log_every and self.step % config.log_every == 0:
-                    bar.write(metrics_line(self.step, config.total_steps, metrics))
+                if logger:
+                    logger.log(self.step, metrics)
+                    bar.update(1)
+                    bar.set_postfix(reward=f"{metrics['reward']:.2f}",
+                                    success=f"{metrics['success']:.2f}")
+                    if config.log_every and self.step % config.log_every == 0:
+                        bar.write(metrics_line(self.step, config.total_steps, metrics))
                 if config.save_every and self.step % config.save_every == 0:
                     self.save_checkpoint()
             if not config.save_every or self.step % config.save_every:
@@ -186,20 +222,26 @@ class PaWTrainer:
             raise
         finally:
             bar.close()
-            logger.close()
-            if interrupted:  # the curves of the updates that ran, and how to go on
-                plot_curves(out / "metrics.jsonl", out / "curves.png")
-                print(self._interrupt_report(out), file=sys.stderr, flush=True)
-        plot_curves(out / "metrics.jsonl", out / "curves.png")
+            if logger:
+                logger.close()
+                if interrupted:  # the curves of the updates that ran, and how to go on
+                    plot_curves(out / "metrics.jsonl", out / "curves.png")
+                    print(self._interrupt_report(out), file=sys.stderr, flush=True)
+        if world.is_main:
+            plot_curves(out / "metrics.jsonl", out / "curves.png")
         return history
 
     def validate(self) -> dict[str, float]:
         """Play the validation tasks (``val_split``, ``val_limit``; the same tasks every time)
-        with the current policy; ``val_*`` metrics, success-like ones as fractions."""
+        with the current policy; ``val_*`` metrics, success-like ones as fractions. In a
+        multi-process run rank 0 validates (the others return {} and wait at the next
+        update's gather)."""
         from training.collect import prompt_kwargs
         from training.evaluate import evaluate, plan_evaluation
 
         config = self.config
+        if not self.world.is_main:
+            return {}
         env_kwargs = {k: v for k, v in config.env_kwargs.items() if k != "split"}
         if self._validation_plan is None:
             self._validation_plan = plan_evaluation(
@@ -225,7 +267,9 @@ class PaWTrainer:
         whether PaW selected it for the world-model term, and its advantage."""
         batch = self._last_batch
         rows = iter(range(len(batch.samples)))
-        replay = WMReplay(folder, shard=f"update-{self.step:06d}", keep_in_memory=False)
+        replay = WMReplay(folder, shard=replay_shard(self.step, self.world.rank,
+                                                     self.world.world_size),
+                          keep_in_memory=False)
         try:
             for index, trajectory in enumerate(batch.trajectories):
                 per_step = []
@@ -235,6 +279,8 @@ class PaWTrainer:
                     per_step.append({
                         "wm_selected": bool(batch.selected[row]) if row is not None else False,
                         "advantage": batch.samples[row].advantage if row is not None else 0.0})
+                if index not in self._own_trajectories:  # another rank records it
+                    continue
                 replay.extend(trajectory.to_records(
                     f"update-{self.step:06d}-episode-{index:04d}", per_step, source="train",
                     update=self.step, group=trajectory.group_index,
@@ -281,12 +327,21 @@ class PaWTrainer:
         ppo = config.algo == "ppo"
         n_tasks = config.n_groups * (config.group_size if ppo else 1)
         task_seeds = [rng.randrange(config.train_task_seeds) for _ in range(n_tasks)]
+        world = self.world
+        mine = distributed.group_shard(n_tasks, world.world_size, world.rank)
         start = time.perf_counter()
-        trajectories = self.collect(self._rollout_policy(), task_seeds,
-                                    1 if ppo else config.group_size, config.temperature, step_seed)
+        # Each rank samples with its own seed (= step_seed in a world of one).
+        trajectories = self.collect(self._rollout_policy(), task_seeds[mine.start:mine.stop],
+                                    1 if ppo else config.group_size, config.temperature,
+                                    step_seed * world.world_size + world.rank)
+        for trajectory in trajectories:
+            trajectory.group_index += mine.start
         rollout_time = time.perf_counter() - start
         metrics = self.update(trajectories)
         generated = sum(len(s.output.response_ids) for t in trajectories for s in t.transitions)
+        generated = world.reduce({"tokens": generated})["tokens"]
+        # The slowest rank's rollout is the one the update waits for.
+        rollout_time = world.reduce({"time": rollout_time}, "max")["time"]
         metrics.update(rollout_time=rollout_time, step_time=time.perf_counter() - start,
                        gen_tokens_per_s=generated / max(rollout_time, 1e-9))
         self.step += 1
@@ -299,23 +354,29 @@ class PaWTrainer:
         if self.vllm is None:
             return self.policy
         if self._vllm_synced_step != self.step:
-            path = Path(self.config.output_dir) / "rollout-adapter"
+            name = "rollout-adapter" if self.world.world_size == 1 else \
+                f"rollout-adapter-rank{self.world.rank}"
+            path = Path(self.config.output_dir) / name
             self.model.save_pretrained(path)
             self.vllm.load_adapter(path)
             self._vllm_synced_step = self.step
         return self.vllm
 
     def update(self, trajectories: list[Trajectory]) -> dict[str, Any]:
-        """Advantages and optimizer steps on one rollout; returns this update's metrics."""
+        """Advantages and optimizer steps on one rollout; returns this update's metrics.
+
+        In a multi-process run ``trajectories`` are this rank's groups (numbered globally);
+        the update gathers every rank's and optimises the objective of all of them."""
         config = self.config
         start = time.perf_counter()
         values = (critic_values(self.critic, trajectories, config, self.policy.pad_id,
                                 self.device) if self.critic is not None else None)
+        trajectories, values = self._gather_rollout(trajectories, values)
         batch = build_batch(trajectories, self.tokenizer, config, values)
         self._last_batch = batch
         if not batch.samples:
             raise RuntimeError("the rollout produced no transition with a non-empty response")
-        if batch.cut_prompts and not self._warned_cut_prompts:
+        if batch.cut_prompts and not self._warned_cut_prompts and self.world.is_main:
             self._warned_cut_prompts = True
             longest = max(len(t.output.prompt_ids) + len(t.output.response_ids)
                           for trajectory in trajectories for t in trajectory.transitions)
@@ -347,8 +408,30 @@ class PaWTrainer:
                     norms.append(norm)
                 if self.critic is not None:
                     self._optimize_critic(batch, rows, totals)
+        summed = self.world.reduce({k: v for k, v in totals.items()
+                                    if k not in RANK_INDEPENDENT_TOTALS})
+        totals = {**totals, **summed}
         update_time = time.perf_counter() - start
         return {**self._metrics(batch, totals, norms, update_time), **noise}
+
+    def _gather_rollout(self, trajectories: list[Trajectory], values: list[list[float]] | None
+                        ) -> tuple[list[Trajectory], list[list[float]] | None]:
+        """Every rank's trajectories (and critic values), in rank order, on every rank."""
+        parts = self.world.gather([(trajectories, values)])
+        start = sum(len(part[0]) for part in parts[:self.world.rank])
+        self._own_trajectories = range(start, start + len(trajectories))
+        if len(parts) == 1:
+            return trajectories, values
+        gathered = [t for part in parts for t in part[0]]
+        return gathered, (None if values is None else [v for part in parts for v in part[1]])
+
+    def _share(self, batch: RolloutBatch, rows: list[int], with_obs: bool = True
+               ) -> tuple[list[int], bool]:
+        """This rank's rows of ``rows`` (balanced by tokens), and whether it has none: then it
+        gets ``rows[:1]`` to run with zero weight, so that it still joins the all-reduce."""
+        share = distributed.balance_rows(rows, [batch.samples[i].length(with_obs) for i in rows],
+                                         self.world.world_size)[self.world.rank]
+        return (share, False) if share else (rows[:1], True)
 
     # -- pieces of an update ------------------------------------------------------------------
     def _micro_batches(self, batch: RolloutBatch, rows: list[int],
@@ -360,22 +443,29 @@ class PaWTrainer:
     @torch.no_grad()
     def _attach_reference_logprobs(self, batch: RolloutBatch) -> None:
         # The reference scores action tokens only, so the rows go without their observations.
+        # Each rank scores its share of the rows; the results are gathered.
+        mine, idle = self._share(batch, list(range(len(batch.samples))), with_obs=False)
+        scored = {}
         with self.reference.active() as reference:
-            for rows in self._micro_batches(batch, list(range(len(batch.samples))), False):
+            for rows in self._micro_batches(batch, [] if idle else mine, False):
                 mb = collate(batch.samples, rows, self.policy.pad_id, self.device, with_obs=False)
                 logprobs, _ = gather_logprobs(reference, mb, score_obs=False,
                                               action_temperature=self.settings.action_temperature,
                                               chunk_size=self.config.logits_chunk)
                 for r, i in enumerate(rows):
                     s = batch.samples[i]
-                    s.ref_logprobs = logprobs[r, s.prompt_len:s.prompt_len + s.action_len].tolist()
+                    scored[i] = logprobs[r, s.prompt_len:s.prompt_len + s.action_len].tolist()
+        for part in self.world.gather([scored]):
+            for i, logprobs in part.items():
+                batch.samples[i].ref_logprobs = logprobs
 
     @torch.no_grad()
     def _noise_gradient_shares(self, batch: RolloutBatch) -> dict[str, float]:
         """Appendix A.4 over this update's WM targets (rows carrying observation tokens)."""
         rows = [i for i, s in enumerate(batch.samples) if s.obs_len]
         probabilities, noisy = [], []
-        for micro in self._micro_batches(batch, rows):
+        mine, idle = self._share(batch, rows) if rows else ([], True)
+        for micro in self._micro_batches(batch, [] if idle else mine):
             mb = collate(batch.samples, micro, self.policy.pad_id, self.device)
             logprobs, _ = gather_logprobs(self.model, mb, score_obs=True,
                                           action_temperature=self.settings.action_temperature,
@@ -386,6 +476,9 @@ class PaWTrainer:
                 probabilities += logprobs[r, start:start + s.obs_len].exp().tolist()
                 noisy += noisy_token_mask([self.tokenizer.decode([token]) for token
                                            in s.input_ids[start:start + s.obs_len]])
+        parts = self.world.gather([(probabilities, noisy)])
+        probabilities = [p for part in parts for p in part[0]]
+        noisy = [flag for part in parts for flag in part[1]]
         if not probabilities:
             return {}
         shares = gradient_shares(probabilities, noisy, self.config.rho)
@@ -393,24 +486,33 @@ class PaWTrainer:
                 "wm_noise_token_frac": float(np.mean(noisy))}
 
     def _optimize(self, batch: RolloutBatch, rows: list[int], totals: dict[str, float]):
-        """Accumulate gradients over the micro-batches of ``rows``; one guarded optimizer step."""
+        """Accumulate gradients over the micro-batches of ``rows``; one guarded optimizer step.
+
+        The weights come from the whole mini-batch; each rank runs its share of the rows with
+        its loss scaled by the world size, so DDP's gradient average is the whole gradient."""
         samples = [batch.samples[i] for i in rows]
         w_rl, w_wm = objective_weights(samples, batch.selected[rows], batch.group_lambda,
                                        self.settings)
         position = {row: k for k, row in enumerate(rows)}
+        mine, idle = self._share(batch, rows)
+        scale = 0.0 if idle else float(self.world.world_size)
         finite = True
-        for micro in self._micro_batches(batch, rows):
+        micro_batches = self._micro_batches(batch, mine)
+        for k, micro in enumerate(micro_batches):
             mb = collate(batch.samples, micro, self.policy.pad_id, self.device)
             local = [position[i] for i in micro]
-            loss, stats = micro_batch_loss(self.model, mb, w_rl[local], w_wm[local],
-                                           self.settings, self.config.logits_chunk)
-            if not torch.isfinite(loss):
-                finite = False
-                break
-            loss.backward()
+            # Only the last backward of the step all-reduces the accumulated gradients.
+            with self.world.no_sync(self.scorer, sync=k == len(micro_batches) - 1):
+                loss, stats = micro_batch_loss(self.scorer, mb, w_rl[local], w_wm[local],
+                                               self.settings, self.config.logits_chunk)
+                (loss * scale).backward()
+            finite = finite and bool(torch.isfinite(loss))
+            if idle or not finite:
+                continue
             stats["train_tokens"] = float(mb.attention_mask.sum())
             for key, value in stats.items():
                 totals[key] = totals.get(key, 0.0) + value
+        finite = self.world.all_true(finite)
         params = trainable_parameters(self.model)
         norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm) if finite else None
         if not finite or not torch.isfinite(norm):
@@ -426,15 +528,26 @@ class PaWTrainer:
         return float(norm)
 
     def _optimize_critic(self, batch: RolloutBatch, rows: list[int], totals: dict[str, float]):
-        loss = critic_loss(self.critic, [batch.samples[i] for i in rows], self.policy.pad_id,
-                           self.device, self.config.token_budget)
-        if not torch.isfinite(loss):
+        """One critic step on the mean value loss of ``rows``, shared over ranks like
+        :meth:`_optimize`."""
+        mine, idle = self._share(batch, rows, with_obs=False)
+        scale = 0.0 if idle else float(self.world.world_size)
+        parts = token_budget_batches([batch.samples[i].prompt_len for i in mine],
+                                     self.config.token_budget)
+        total = 0.0
+        for k, part in enumerate(parts):
+            with self.world.no_sync(self.critic_trainer, sync=k == len(parts) - 1):
+                loss = critic_loss(self.critic_trainer, [batch.samples[mine[j]] for j in part],
+                                   self.policy.pad_id, self.device) / len(rows)
+                (loss * scale).backward()
+            total += 0.0 if idle else float(loss.detach())
+        if not self.world.all_true(math.isfinite(total)):
             self.critic_optimizer.zero_grad(set_to_none=True)
             return
         torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.config.max_grad_norm)
         self.critic_optimizer.step()
         self.critic_optimizer.zero_grad(set_to_none=True)
-        totals["value_loss_sum"] = totals.get("value_loss_sum", 0.0) + float(loss)
+        totals["value_loss_sum"] = totals.get("value_loss_sum", 0.0) + total
         totals["critic_steps"] = totals.get("critic_steps", 0.0) + 1
 
     def _metrics(self, batch: RolloutBatch, totals: dict[str, float], norms: list[float],
@@ -466,37 +579,45 @@ class PaWTrainer:
             "grad_norm": float(np.mean(norms)) if norms else float("nan"),
             "lr": self.scheduler.get_last_lr()[0],
             "skipped_updates": int(totals.get("skipped", 0)),
-            "update_time": update_time,
-            "tokens_per_s": totals.get("train_tokens", 0.0) / max(update_time, 1e-9),
-            "peak_mem_mb": _peak_memory_mb(self.device),
         }
+        # The slowest rank's time and the largest rank's memory.
+        slowest = self.world.reduce({"update_time": update_time,
+                                     "peak_mem_mb": _peak_memory_mb(self.device)}, "max")
+        metrics.update(slowest, tokens_per_s=totals.get("train_tokens", 0.0) /
+                       max(slowest["update_time"], 1e-9))
         if self.critic is not None:
             metrics["value_loss"] = per("value_loss_sum", totals.get("critic_steps", 0.0))
         return metrics
 
     # -- checkpoints --------------------------------------------------------------------------
     def save_checkpoint(self) -> Path:
-        path = ckpt.checkpoint_dir(self.config.output_dir, self.step)
-        path.mkdir(parents=True, exist_ok=True)
-        ckpt.save_model(self.model, path / "model")
-        self.tokenizer.save_pretrained(str(path / "model"))  # the model dir loads on its own
-        ckpt.save_optimizer(self.optimizer, path / "optimizer")
-        if self.critic is not None:
-            from safetensors.torch import save_file
-
-            save_file({k: v.contiguous() for k, v in self.critic.state_dict().items()},
-                      str(path / "critic.safetensors"))
-            ckpt.save_optimizer(self.critic_optimizer, path / "critic_optimizer")
-        tensors, rng_meta = ckpt.rng_state()
+        """Rank 0 writes the weights, optimizers and state; every rank its RNG state."""
         from safetensors.torch import save_file
 
-        save_file(tensors, str(path / "rng.safetensors"))
-        state = {"step": self.step, "skipped_updates": self.skipped_updates,
-                 "scheduler": self.scheduler.state_dict(), "rng": rng_meta,
-                 "config": asdict(self.config)}
-        # state.json last: its presence marks the checkpoint complete.
-        ckpt.write_json_atomically(path / "state.json", state)
-        ckpt.prune(self.config.output_dir, self.config.keep_checkpoints)
+        world = self.world
+        path = ckpt.checkpoint_dir(self.config.output_dir, self.step)
+        path.mkdir(parents=True, exist_ok=True)
+        if world.is_main:  # the ranks' weights and optimizer states are identical
+            ckpt.save_model(self.model, path / "model")
+            self.tokenizer.save_pretrained(str(path / "model"))  # the model dir loads on its own
+            ckpt.save_optimizer(self.optimizer, path / "optimizer")
+            if self.critic is not None:
+                save_file({k: v.contiguous() for k, v in self.critic.state_dict().items()},
+                          str(path / "critic.safetensors"))
+                ckpt.save_optimizer(self.critic_optimizer, path / "critic_optimizer")
+        tensors, rng_meta = ckpt.rng_state()
+        save_file(tensors, str(path / ckpt.rng_file(world.rank)))
+        rng_states = world.gather([rng_meta])
+        world.barrier()
+        if world.is_main:
+            state = {"step": self.step, "skipped_updates": self.skipped_updates,
+                     "scheduler": self.scheduler.state_dict(), "rng": rng_states[0],
+                     "world_size": world.world_size, "rank_rng": rng_states[1:],
+                     "config": asdict(self.config)}
+            # state.json last: its presence marks the checkpoint complete.
+            ckpt.write_json_atomically(path / "state.json", state)
+            ckpt.prune(self.config.output_dir, self.config.keep_checkpoints)
+        world.barrier()
         return path
 
     def _resume(self, out: Path, resume: str | Path | bool) -> None:
@@ -533,10 +654,24 @@ class PaWTrainer:
         if self.critic is not None:
             self.critic.load_state_dict(load_file(str(path / "critic.safetensors")))
             ckpt.load_optimizer(self.critic_optimizer, path / "critic_optimizer")
-        ckpt.restore_rng(load_file(str(path / "rng.safetensors")), state["rng"])
+        self._restore_rng(path, state)
         self.step = int(state["step"])
         self.skipped_updates = int(state.get("skipped_updates", 0))
         self.resumed_from, self.resumed_config = path, state.get("config")
+
+    def _restore_rng(self, path: Path, state: dict[str, Any]) -> None:
+        """This rank's RNG state as saved; a rank the checkpoint's run did not have (it ran
+        with fewer processes) keeps its seeded state, with a warning."""
+        from safetensors.torch import load_file
+
+        rank = self.world.rank
+        metas = [state["rng"], *state.get("rank_rng", [])]
+        if rank >= len(metas):
+            warnings.warn(f"{path} was saved by {len(metas)} process(es); rank {rank} has no "
+                          f"RNG state there and keeps its seeded one (every update reseeds "
+                          f"from (seed, step) anyway)", RuntimeWarning, stacklevel=3)
+            return
+        ckpt.restore_rng(load_file(str(path / ckpt.rng_file(rank))), metas[rank])
 
 
 def _peak_memory_mb(device: torch.device) -> float:

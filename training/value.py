@@ -40,22 +40,13 @@ def critic_values(critic, trajectories: list[Trajectory], config, pad_id: int,
     return out
 
 
-def critic_loss(critic, samples: list[Sample], pad_id: int, device, token_budget: int
-                ) -> torch.Tensor:
-    """Clipped value loss ½·max((V−R)², (V_clip−R)²), averaged over ``samples``; gradients are
-    accumulated micro-batch by micro-batch and the (detached) mean loss is returned."""
-    prompts = [s.input_ids[:s.prompt_len] for s in samples]
-    total = torch.zeros(())
-    for rows in token_budget_batches([len(p) for p in prompts], token_budget):
-        ids, mask, last = _prompt_tensors([prompts[i] for i in rows], pad_id, device)
-        values = critic(ids, mask, last)
-        target = torch.tensor([samples[i].value_target for i in rows], device=values.device)
-        old = torch.tensor([samples[i].old_value for i in rows], device=values.device)
-        clipped = old + (values - old).clamp(-VALUE_CLIP, VALUE_CLIP)
-        loss = 0.5 * torch.maximum((values - target) ** 2, (clipped - target) ** 2).sum()
-        loss = loss / len(samples)
-        if not torch.isfinite(loss):
-            return loss.detach()
-        loss.backward()
-        total = total + loss.detach().cpu()
-    return total
+def critic_loss(critic, samples: list[Sample], pad_id: int, device) -> torch.Tensor:
+    """Summed clipped value loss Σ ½·max((V−R)², (V_clip−R)²) over ``samples`` (one
+    micro-batch; the trainer divides by the mini-batch's size)."""
+    ids, mask, last = _prompt_tensors([s.input_ids[:s.prompt_len] for s in samples], pad_id,
+                                      device)
+    values = critic(ids, mask, last)
+    target = torch.tensor([s.value_target for s in samples], device=values.device)
+    old = torch.tensor([s.old_value for s in samples], device=values.device)
+    clipped = old + (values - old).clamp(-VALUE_CLIP, VALUE_CLIP)
+    return 0.5 * torch.maximum((values - target) ** 2, (clipped - target) ** 2).sum()

@@ -1,0 +1,307 @@
+"""Multi-process training (``training.distributed``): exactness and scaling, 1 vs 2 processes.
+
+Every multi-process measurement is a real ``torchrun --standalone`` launch of this script's
+worker (gloo on CPU, one torch thread per process).
+
+exactness: fixed rollouts are sampled once, on-policy, by a single-process trainer (the demo's
+Shelf base model); the same updates are then replayed in 1 and in 2 processes (each rank given
+its groups) and the largest absolute difference of every trained parameter (policy and PPO
+critic) is printed, with the largest difference of the update metrics and of the gradients the
+optimizer saw. Variants: GRPO, GiGPO and PPO, each with PaW, LoRA and full fine-tuning; in
+float64 (where float summation order is invisible, so any difference is a bug) and in float32.
+The control: one process again with a different micro-batch split, i.e. another float
+summation order and nothing else.
+
+scaling: ``train_step`` (rollout on Shelf + update) with 1 and 2 processes, launches
+alternating over rounds; medians of rollout time, update time, generated tokens/s and trained
+transitions/s, and the 2-process speed-up and efficiency (speed-up / 2).
+
+    paw-gym demo                                     # once: builds the base model it uses
+    python benchmarks/distributed.py                 # both, ~10 min on 2 cores
+    python benchmarks/distributed.py --only exactness --updates 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import pickle
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+DEFAULT_MODEL = REPO / "runs" / "demo" / "base-model"
+
+#: The exactness variants: TrainConfig fields over the shared settings.
+VARIANTS = {
+    f"{algo}+paw {'lora' if lora else 'full'}": dict(algo=algo, lora=lora,
+                                                       lr=1e-3 if lora else 1e-4)
+    for algo in ("grpo", "gigpo", "ppo") for lora in (True, False)
+}
+
+
+def base_fields(model: str, **overrides) -> dict:
+    """The TrainConfig of every measurement: Shelf, PaW, 4 groups × 4, two mini-batches."""
+    fields = dict(model=str(model), env_id="PaW/Shelf-v0", n_groups=4, group_size=4,
+                  max_new_tokens=40, max_episode_steps=6, history_length=1, paw=True,
+                  alpha=0.5, mini_batch_size=24, token_budget=4096, device="cpu",
+                  progress=False, save_every=0, record_replay=False, seed=0,
+                  output_dir=tempfile.mkdtemp(prefix="paw-dist-"))
+    fields.update(overrides)
+    return fields
+
+
+def launch(world_size: int, job: dict, timeout: int = 1800) -> dict:
+    """Run the worker on ``job`` in ``world_size`` torchrun processes; rank 0's result."""
+    with tempfile.TemporaryDirectory() as folder:
+        job_file, out_file = Path(folder, "job.pkl"), Path(folder, "out.pkl")
+        job_file.write_bytes(pickle.dumps(job))
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   f"--nproc_per_node={world_size}", str(Path(__file__).resolve()),
+                   "--worker", str(job_file), "--out", str(out_file)]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=timeout)
+        if done.returncode != 0:
+            raise RuntimeError(f"torchrun with {world_size} process(es) failed "
+                               f"({done.returncode}):\n{done.stderr[-4000:]}")
+        return pickle.loads(out_file.read_bytes())
+
+
+# -- the worker (one rank) ---------------------------------------------------------------------
+
+def worker(job_file: str, out_file: str) -> None:
+    import torch
+
+    from training.config import TrainConfig
+    from training.distributed import group_shard
+    from training.trainer import PaWTrainer
+
+    torch.set_num_threads(1)
+    job = pickle.loads(Path(job_file).read_bytes())
+    result = {}
+    for name, fields in job["variants"].items():
+        config = TrainConfig(**fields)
+        if job["mode"] == "exactness":
+            trainer = PaWTrainer(config, collect=_no_collection)
+            gradients = record_gradients(trainer)
+            shard = group_shard(config.n_groups * (config.group_size if config.algo == "ppo"
+                                                   else 1),
+                                trainer.world.world_size, trainer.world.rank)
+            metrics = []
+            for trajectories in job["rollouts"][name]:
+                mine = [copy.deepcopy(t) for t in trajectories if t.group_index in shard]
+                metrics.append(trainer.update(mine))
+                trainer.step += 1
+            result[name] = {"params": trained_parameters(trainer), "metrics": metrics,
+                            "gradients": gradients}
+        else:
+            trainer = PaWTrainer(config)
+            for _ in range(job["warmup"]):
+                trainer.train_step()
+            result[name] = [trainer.train_step() for _ in range(job["steps"])]
+        del trainer
+    if int(os.environ.get("RANK", "0")) == 0:
+        Path(out_file).write_bytes(pickle.dumps(result))
+
+
+def _no_collection(*args):
+    raise RuntimeError("the exactness worker replays fixed rollouts and collects none")
+
+
+def record_gradients(trainer) -> list[dict]:
+    """A list that receives the policy's gradients at every optimizer step (after DDP's
+    all-reduce and clipping, as the optimizer sees them)."""
+    steps: list[dict] = []
+    named = [(n, p) for n, p in trainer.model.named_parameters() if p.requires_grad]
+
+    def keep(optimizer, args, kwargs):
+        steps.append({n: p.grad.detach().cpu().clone() for n, p in named if p.grad is not None})
+
+    trainer.optimizer.register_step_pre_hook(keep)
+    return steps
+
+
+def trained_parameters(trainer) -> dict:
+    """Every trainable tensor of the policy, and the PPO critic's, as CPU copies."""
+    params = {f"policy.{n}": p.detach().cpu().clone()
+              for n, p in trainer.model.named_parameters() if p.requires_grad}
+    if trainer.critic is not None:
+        params.update({f"critic.{n}": p.detach().cpu().clone()
+                       for n, p in trainer.critic.named_parameters()})
+    return params
+
+
+# -- exactness ---------------------------------------------------------------------------------
+
+def sample_rollouts(fields: dict, updates: int, reward_spread: bool = False
+                    ) -> tuple[list, dict]:
+    """``updates`` on-policy rollouts of a single-process trainer that trains on each, and the
+    trainable parameters before the first update.
+
+    ``reward_spread``: give each trajectory a reward from its position in its group (for a
+    model whose actions are all invalid, so that advantages are not all zero)."""
+    import torch
+
+    from training.config import TrainConfig
+    from training.trainer import PaWTrainer
+
+    torch.set_num_threads(1)
+    trainer = PaWTrainer(TrainConfig(**fields))
+    config = trainer.config
+    initial = trained_parameters(trainer)
+    rollouts = []
+    for step in range(updates):
+        n_tasks = config.n_groups * (config.group_size if config.algo == "ppo" else 1)
+        trajectories = trainer.collect(trainer.policy, list(range(step * n_tasks,
+                                                                  (step + 1) * n_tasks)),
+                                       1 if config.algo == "ppo" else config.group_size,
+                                       config.temperature, 1000 + step)
+        if reward_spread:
+            for k, trajectory in enumerate(trajectories):
+                for j, transition in enumerate(trajectory.transitions):
+                    transition.reward = float((k * 7 + j * 3) % 5) / 4
+        rollouts.append(copy.deepcopy(trajectories))
+        trainer.update(trajectories)
+        trainer.step += 1
+    return rollouts, initial
+
+
+def max_differences(a: dict, b: dict) -> tuple[float, float, float]:
+    """(largest |Δ| over every parameter, largest |Δ| over every numeric update metric but
+    timings and memory, largest |Δ gradient| / largest |gradient| over the optimizer
+    steps)."""
+    params = max(float((a["params"][k] - b["params"][k]).abs().max()) for k in a["params"])
+    gradients = max(max(float((left[k] - right[k]).abs().max()) for k in left) /
+                    max(float(left[k].abs().max()) for k in left)
+                    for left, right in zip(a["gradients"], b["gradients"], strict=True))
+    skip = ("time", "per_s", "mem")
+    metrics = 0.0
+    for left, right in zip(a["metrics"], b["metrics"]):
+        for key, value in left.items():
+            if any(s in key for s in skip) or not isinstance(value, (int, float)):
+                continue
+            if value == value and right[key] == right[key]:  # both not NaN
+                metrics = max(metrics, abs(value - right[key]))
+    return params, metrics, gradients
+
+
+#: The control: one process again, with micro-batches of a quarter of the tokens (another
+#: float summation order, nothing else changed).
+CONTROL = " (1 process, token_budget/4)"
+
+
+def exactness(model: str, variants: dict, updates: int, reward_spread: bool = False,
+              **overrides) -> dict[str, dict]:
+    """Per variant: the differences between 1 and 2 processes, and between two single-process
+    runs that differ only in their micro-batch split (the control)."""
+    fields = {name: base_fields(model, **{**settings, **overrides})
+              for name, settings in variants.items()}
+    sampled = {name: sample_rollouts(f, updates, reward_spread) for name, f in fields.items()}
+    rollouts = {name: rollouts for name, (rollouts, _) in sampled.items()}
+    controls = {name + CONTROL: {**f, "token_budget": f["token_budget"] // 4}
+                for name, f in fields.items()}
+    one = launch(1, {"mode": "exactness", "variants": {**fields, **controls},
+                     "rollouts": {**rollouts, **{name + CONTROL: r
+                                                 for name, r in rollouts.items()}}})
+    two = launch(2, {"mode": "exactness", "variants": fields, "rollouts": rollouts})
+    report = {}
+    for name in variants:
+        params, metrics, gradients = max_differences(one[name], two[name])
+        control = max_differences(one[name], one[name + CONTROL])
+        initial = sampled[name][1]
+        changed = max(float((one[name]["params"][k] - initial[k]).abs().max()) for k in initial)
+        report[name] = {"max_param_diff": params, "max_metric_diff": metrics,
+                        "max_rel_grad_diff": gradients, "max_param_change": changed,
+                        "control_max_param_diff": control[0],
+                        "control_max_rel_grad_diff": control[2],
+                        "optimizer_steps": len(one[name]["gradients"]),
+                        "transitions": sum(m["transitions"] for m in one[name]["metrics"])}
+    return report
+
+
+# -- scaling -----------------------------------------------------------------------------------
+
+def scaling(model: str, rounds: int, steps: int) -> dict:
+    """Median per-step figures for 1 and 2 processes (launches alternate, ``rounds`` each)."""
+    job = {"mode": "scaling", "warmup": 1, "steps": steps,
+           "variants": {"grpo+paw lora": base_fields(model, algo="grpo", lora=True,
+                                                     lr=1e-3, n_groups=8)}}
+    samples: dict[int, list[dict]] = {1: [], 2: []}
+    for index in range(rounds):
+        for world in ((1, 2) if index % 2 == 0 else (2, 1)):
+            samples[world] += launch(world, job)["grpo+paw lora"]
+    figures = {}
+    for world, steps_run in samples.items():
+        median = lambda key: statistics.median(s[key] for s in steps_run)  # noqa: E731
+        figures[world] = {
+            "rollout_s": median("rollout_time"), "update_s": median("update_time"),
+            "step_s": median("step_time"), "gen_tokens_per_s": median("gen_tokens_per_s"),
+            "update_transitions_per_s": statistics.median(
+                s["transitions"] / s["update_time"] for s in steps_run),
+            "steps": len(steps_run)}
+    for key in ("gen_tokens_per_s", "update_transitions_per_s"):
+        figures[f"speedup_{key}"] = figures[2][key] / figures[1][key]
+        figures[f"efficiency_{key}"] = figures[f"speedup_{key}"] / 2
+    figures["speedup_step"] = figures[1]["step_s"] / figures[2]["step_s"]
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=str(DEFAULT_MODEL),
+                        help="a model folder (default: the demo's base model, runs/demo)")
+    parser.add_argument("--only", choices=("exactness", "scaling"))
+    parser.add_argument("--updates", type=int, default=2, help="updates per exactness variant")
+    parser.add_argument("--rounds", type=int, default=3, help="scaling launches per world size")
+    parser.add_argument("--steps", type=int, default=3, help="timed train steps per launch")
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker, args.out)
+        return
+    if not Path(args.model, "config.json").is_file():
+        parser.error(f"--model {args.model} is not a model folder; `paw-gym demo` builds the "
+                     f"default one, or pass any HF causal LM folder")
+    results = {"model": args.model, "cpu_count": os.cpu_count()}
+    start = time.perf_counter()
+    for dtype in ("float64", "float32") if args.only in (None, "exactness") else ():
+        results[f"exactness_{dtype}"] = exactness(args.model, VARIANTS, args.updates,
+                                                  dtype=dtype)
+        print(f"{dtype}, {args.updates} update(s) per variant")
+        print(f"{'variant':<17} {'|Δgrad|/|grad|':>14} {'|Δparam|':>9} {'|Δmetric|':>9} "
+              f"{'control |Δgrad|/|grad|':>22} {'control |Δparam|':>16} {'|param change|':>14}")
+        for name, row in results[f"exactness_{dtype}"].items():
+            print(f"{name:<17} {row['max_rel_grad_diff']:>14.1e} {row['max_param_diff']:>9.1e} "
+                  f"{row['max_metric_diff']:>9.1e} {row['control_max_rel_grad_diff']:>22.1e} "
+                  f"{row['control_max_param_diff']:>16.1e} {row['max_param_change']:>14.1e}")
+    if args.only in (None, "scaling"):
+        figures = results["scaling"] = scaling(args.model, args.rounds, args.steps)
+        for world in (1, 2):
+            row = figures[world]
+            print(f"{world} process(es): rollout {row['rollout_s']:.2f} s, update "
+                  f"{row['update_s']:.2f} s, step {row['step_s']:.2f} s, "
+                  f"{row['gen_tokens_per_s']:.0f} generated tok/s, "
+                  f"{row['update_transitions_per_s']:.1f} trained transitions/s")
+        print(f"2 vs 1 process: generation ×{figures['speedup_gen_tokens_per_s']:.2f} "
+              f"(efficiency {figures['efficiency_gen_tokens_per_s']:.2f}), update "
+              f"×{figures['speedup_update_transitions_per_s']:.2f} (efficiency "
+              f"{figures['efficiency_update_transitions_per_s']:.2f}), step "
+              f"×{figures['speedup_step']:.2f}")
+    results["seconds"] = time.perf_counter() - start
+    out = REPO / "benchmarks" / "results" / "distributed.json"
+    out.write_text(json.dumps({k: v for k, v in results.items()}, indent=1, default=str) + "\n")
+    print(f"{results['seconds']:.0f} s; written to {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""Multi-process training: each process (rank) rolls out whole groups, and all of them optimise
+the single-process PaW objective together, on accelerate's DDP.
+
+Launch the same command under ``torchrun --nproc_per_node N`` or ``accelerate launch
+--multi_gpu --num_processes N`` (see the README's "Scale out"); a plain ``paw-gym train`` is a
+world of one and never imports accelerate.
+
+Why the update is exactly the single-process one. With W ranks:
+
+* Rollout: the update's G groups are split into W contiguous blocks (:func:`group_shard`); rank
+  r rolls out block r with its own sampler and seed, and renumbers its groups globally.
+* Every rank then gathers all W blocks (trajectories, and PPO's critic values of its own
+  steps), so advantages (group-relative, GiGPO's anchor groups, PPO's whitened GAE), the top-α
+  entropy selection over the whole update, λ_g and the mini-batch permutation are computed on
+  identical data and are identical on every rank.
+* A mini-batch's rows are split over the ranks by tokens (:func:`balance_rows`). The objective
+  is ``L = Σ_rows w_i · ℓ_i`` with weights from the *whole* mini-batch
+  (``training.objective.objective_weights``), so ``L = Σ_r L_r`` where ``L_r`` sums rank r's
+  rows. Each rank back-propagates ``W · L_r``; DDP averages gradients over ranks, giving
+  ``(1/W) Σ_r W ∇L_r = ∇L``: the single-process gradient, up to float summation order. Every
+  rank then clips and steps on that same gradient.
+* A rank without rows in a mini-batch (fewer rows than ranks) runs one row with zero weights,
+  so that it still joins DDP's gradient all-reduce; it adds nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any, Sequence
+
+import torch
+
+
+def launched_world_size() -> int:
+    """Processes in this launch (``WORLD_SIZE``, set by torchrun and accelerate launch)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def group_shard(n_groups: int, world_size: int, rank: int) -> range:
+    """The groups rank ``rank`` rolls out: a contiguous block, block sizes differing by at most
+    one, earlier ranks taking the larger ones (so concatenating the blocks in rank order gives
+    the single-process group order)."""
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not in a world of {world_size}")
+    size, extra = divmod(n_groups, world_size)
+    start = rank * size + min(rank, extra)
+    return range(start, start + size + (rank < extra))
+
+
+def balance_rows(rows: Sequence[int], lengths: Sequence[int], world_size: int) -> list[list[int]]:
+    """Split ``rows`` (with their token ``lengths``) over ``world_size`` ranks so that token
+    counts stay close: longest first, each to the rank with the fewest tokens so far (lowest
+    rank on ties). Deterministic, so every rank computes the same split; each share keeps the
+    order of ``rows``."""
+    if len(rows) != len(lengths):
+        raise ValueError(f"{len(rows)} rows but {len(lengths)} lengths")
+    load = [0] * world_size
+    owner = {}
+    for k in sorted(range(len(rows)), key=lambda k: (-lengths[k], k)):
+        rank = min(range(world_size), key=lambda r: (load[r], r))
+        owner[k] = rank
+        load[rank] += lengths[k]
+    return [[rows[k] for k in range(len(rows)) if owner[k] == rank] for rank in range(world_size)]
+
+
+class SingleProcess:
+    """The world of one: every collective is the identity."""
+
+    rank = 0
+    world_size = 1
+    is_main = True
+
+    def prepare(self, module: torch.nn.Module) -> torch.nn.Module:
+        return module
+
+    def no_sync(self, module: torch.nn.Module, sync: bool):
+        return contextlib.nullcontext()
+
+    def gather(self, items: list) -> list:
+        return list(items)
+
+    def reduce(self, values: dict[str, float], op: str = "sum") -> dict[str, float]:
+        return dict(values)
+
+    def all_true(self, flag: bool) -> bool:
+        return bool(flag)
+
+    def barrier(self) -> None:
+        pass
+
+
+class MultiProcess(SingleProcess):
+    """One rank of a torchrun / accelerate launch: DDP from accelerate, collectives over its
+    process group (gloo on CPU, NCCL on GPU)."""
+
+    def __init__(self, cpu: bool):
+        from accelerate import Accelerator, DistributedDataParallelKwargs
+        from accelerate.utils import DistributedType
+
+        # broadcast_buffers=False: a buffer broadcast is a collective inside every forward, and
+        # ranks run different numbers of micro-batch forwards.
+        self.accelerator = Accelerator(
+            cpu=cpu, device_placement=False,
+            kwargs_handlers=[DistributedDataParallelKwargs(broadcast_buffers=False)])
+        kind = self.accelerator.distributed_type
+        if kind not in (DistributedType.MULTI_CPU, DistributedType.MULTI_GPU):
+            raise ValueError(f"accelerate's distributed_type {kind.value} is not supported: the "
+                             f"trainer runs DDP (MULTI_GPU, or MULTI_CPU with gloo); FSDP and "
+                             f"DeepSpeed are not wired in yet")
+        self.rank = self.accelerator.process_index
+        self.world_size = self.accelerator.num_processes
+        self.is_main = self.accelerator.is_main_process
+        self.device = self.accelerator.device
+
+    def prepare(self, module: torch.nn.Module) -> torch.nn.Module:
+        return self.accelerator.prepare_model(module, device_placement=False)
+
+    def no_sync(self, module: torch.nn.Module, sync: bool):
+        """Accumulate gradients locally unless ``sync`` (the last backward of an optimizer
+        step, which all-reduces them)."""
+        return contextlib.nullcontext() if sync else self.accelerator.no_sync(module)
+
+    def gather(self, items: list) -> list:
+        """Every rank's ``items``, concatenated in rank order, on every rank."""
+        from accelerate.utils import gather_object
+
+        return gather_object(list(items))
+
+    def reduce(self, values: dict[str, float], op: str = "sum") -> dict[str, float]:
+        """``values`` summed (or max-ed) over ranks; the keys may differ between ranks."""
+        keys = sorted({key for part in self.gather([sorted(values)]) for key in part})
+        tensor = torch.tensor([float(values.get(key, 0.0 if op == "sum" else float("-inf")))
+                               for key in keys], dtype=torch.float64)
+        reduce_op = {"sum": torch.distributed.ReduceOp.SUM,
+                     "max": torch.distributed.ReduceOp.MAX}[op]
+        torch.distributed.all_reduce(tensor, op=reduce_op)
+        return dict(zip(keys, tensor.tolist()))
+
+    def all_true(self, flag: bool) -> bool:
+        tensor = torch.tensor([0.0 if flag else 1.0])
+        torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
+        return tensor.item() == 0.0
+
+    def barrier(self) -> None:
+        self.accelerator.wait_for_everyone()
+
+
+def setup(device: str | None) -> SingleProcess:
+    """The world this process runs in: :class:`MultiProcess` under a launcher with more than
+    one process, else :class:`SingleProcess`. ``device`` is ``TrainConfig.device``."""
+    if launched_world_size() <= 1:
+        return SingleProcess()
+    if device is not None and device.startswith("cuda:"):
+        raise ValueError(f"device={device!r} would put every process on one GPU; with "
+                         f"{launched_world_size()} processes leave device unset or set it to "
+                         f"'cuda' (each process takes its LOCAL_RANK's GPU) or 'cpu'")
+    cpu = device == "cpu" or (device is None and not torch.cuda.is_available())
+    return MultiProcess(cpu=cpu)
+
+
+def rank_device(world: SingleProcess, device: str | None) -> str | None:
+    """The device this rank's model goes on: the configured one in a world of one, the rank's
+    own GPU (or the CPU) in a launch."""
+    if isinstance(world, MultiProcess):
+        return str(world.device)
+    return device
+
