@@ -14,7 +14,8 @@ summation order and nothing else.
 
 scaling: ``train_step`` (rollout on Shelf + update) with 1 and 2 processes, launches
 alternating over rounds; medians of rollout time, update time, generated tokens/s and trained
-transitions/s, and the 2-process speed-up and efficiency (speed-up / 2).
+transitions/s, and the 2-process speed-up and efficiency (speed-up / 2). Since 1 and 2
+processes sample different episodes, the update is also timed on the same fixed rollouts.
 
     paw-gym demo                                     # once: builds the base model it uses
     python benchmarks/distributed.py                 # both, ~10 min on 2 cores
@@ -82,7 +83,7 @@ def worker(job_file: str, out_file: str) -> None:
     import torch
 
     from training.config import TrainConfig
-    from training.distributed import group_shard
+    from training.distributed import shutdown
     from training.trainer import PaWTrainer
 
     torch.set_num_threads(1)
@@ -93,16 +94,23 @@ def worker(job_file: str, out_file: str) -> None:
         if job["mode"] == "exactness":
             trainer = PaWTrainer(config, collect=_no_collection)
             gradients = record_gradients(trainer)
-            shard = group_shard(config.n_groups * (config.group_size if config.algo == "ppo"
-                                                   else 1),
-                                trainer.world.world_size, trainer.world.rank)
             metrics = []
             for trajectories in job["rollouts"][name]:
-                mine = [copy.deepcopy(t) for t in trajectories if t.group_index in shard]
-                metrics.append(trainer.update(mine))
+                metrics.append(trainer.update(own_groups(trainer, trajectories)))
                 trainer.step += 1
             result[name] = {"params": trained_parameters(trainer), "metrics": metrics,
                             "gradients": gradients}
+        elif job["mode"] == "update_timing":
+            trainer = PaWTrainer(config, collect=_no_collection)
+            seconds = []
+            for trajectories in job["rollouts"][name]:
+                mine = own_groups(trainer, trajectories)
+                start = time.perf_counter()
+                trainer.update(mine)
+                seconds.append(trainer.world.reduce(
+                    {"s": time.perf_counter() - start}, "max")["s"])  # the slowest rank's
+                trainer.step += 1
+            result[name] = seconds[job["warmup"]:]
         else:
             trainer = PaWTrainer(config)
             for _ in range(job["warmup"]):
@@ -111,6 +119,18 @@ def worker(job_file: str, out_file: str) -> None:
         del trainer
     if int(os.environ.get("RANK", "0")) == 0:
         Path(out_file).write_bytes(pickle.dumps(result))
+    shutdown()
+
+
+def own_groups(trainer, trajectories: list) -> list:
+    """Copies of the trajectories of this rank's groups (``training.distributed.group_shard``
+    of the update's groups, as ``PaWTrainer.train_step`` shares them)."""
+    from training.distributed import group_shard
+
+    config, world = trainer.config, trainer.world
+    n_groups = config.n_groups * (config.group_size if config.algo == "ppo" else 1)
+    shard = group_shard(n_groups, world.world_size, world.rank)
+    return [copy.deepcopy(t) for t in trajectories if t.group_index in shard]
 
 
 def _no_collection(*args):
@@ -235,10 +255,16 @@ def scaling(model: str, rounds: int, steps: int) -> dict:
     job = {"mode": "scaling", "warmup": 1, "steps": steps,
            "variants": {"grpo+paw lora": base_fields(model, algo="grpo", lora=True,
                                                      lr=1e-3, n_groups=8)}}
+    fields = job["variants"]["grpo+paw lora"]
+    rollouts, _ = sample_rollouts(fields, 1 + steps)
+    update_job = {"mode": "update_timing", "warmup": 1, "variants": job["variants"],
+                  "rollouts": {"grpo+paw lora": rollouts}}
     samples: dict[int, list[dict]] = {1: [], 2: []}
+    fixed: dict[int, list[float]] = {1: [], 2: []}
     for index in range(rounds):
         for world in ((1, 2) if index % 2 == 0 else (2, 1)):
             samples[world] += launch(world, job)["grpo+paw lora"]
+            fixed[world] += launch(world, update_job)["grpo+paw lora"]
     figures = {}
     for world, steps_run in samples.items():
         median = lambda key: statistics.median(s[key] for s in steps_run)  # noqa: E731
@@ -247,11 +273,13 @@ def scaling(model: str, rounds: int, steps: int) -> dict:
             "step_s": median("step_time"), "gen_tokens_per_s": median("gen_tokens_per_s"),
             "update_transitions_per_s": statistics.median(
                 s["transitions"] / s["update_time"] for s in steps_run),
-            "steps": len(steps_run)}
+            "steps": len(steps_run), "fixed_rollout_update_s": statistics.median(fixed[world])}
     for key in ("gen_tokens_per_s", "update_transitions_per_s"):
         figures[f"speedup_{key}"] = figures[2][key] / figures[1][key]
         figures[f"efficiency_{key}"] = figures[f"speedup_{key}"] / 2
     figures["speedup_step"] = figures[1]["step_s"] / figures[2]["step_s"]
+    figures["speedup_fixed_rollout_update"] = (figures[1]["fixed_rollout_update_s"] /
+                                               figures[2]["fixed_rollout_update_s"])
     return figures
 
 
@@ -291,15 +319,19 @@ def main() -> None:
             print(f"{world} process(es): rollout {row['rollout_s']:.2f} s, update "
                   f"{row['update_s']:.2f} s, step {row['step_s']:.2f} s, "
                   f"{row['gen_tokens_per_s']:.0f} generated tok/s, "
-                  f"{row['update_transitions_per_s']:.1f} trained transitions/s")
+                  f"{row['update_transitions_per_s']:.1f} trained transitions/s; update of "
+                  f"the fixed rollouts {row['fixed_rollout_update_s']:.2f} s")
         print(f"2 vs 1 process: generation ×{figures['speedup_gen_tokens_per_s']:.2f} "
               f"(efficiency {figures['efficiency_gen_tokens_per_s']:.2f}), update "
               f"×{figures['speedup_update_transitions_per_s']:.2f} (efficiency "
               f"{figures['efficiency_update_transitions_per_s']:.2f}), step "
-              f"×{figures['speedup_step']:.2f}")
+              f"×{figures['speedup_step']:.2f}, update of the fixed rollouts "
+              f"×{figures['speedup_fixed_rollout_update']:.2f}")
     results["seconds"] = time.perf_counter() - start
     out = REPO / "benchmarks" / "results" / "distributed.json"
-    out.write_text(json.dumps({k: v for k, v in results.items()}, indent=1, default=str) + "\n")
+    # --only keeps the other part's figures from an earlier run
+    kept = json.loads(out.read_text()) if out.is_file() else {}
+    out.write_text(json.dumps({**kept, **results}, indent=1, default=str) + "\n")
     print(f"{results['seconds']:.0f} s; written to {out}")
 
 

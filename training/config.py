@@ -34,7 +34,8 @@ class TrainConfig:
     dtype: str = "auto"
     """Weights dtype: auto, float32, bfloat16, float16, or float64 (CPU exactness checks)."""
     device: str | None = None
-    """cpu, cuda, cuda:1 ... (None: CUDA when available)."""
+    """cpu, cuda, cuda:1 ... (None: CUDA when available). Under torchrun / accelerate launch
+    each process takes its own GPU (leave unset or ``cuda``) or the CPU (``cpu``: gloo)."""
     lora: bool = True
     """Train LoRA adapters (peft) instead of all weights."""
     lora_r: int = 16
@@ -77,7 +78,8 @@ class TrainConfig:
     """Training tasks are env seeds drawn from [0, train_task_seeds)."""
     # -- rollout ------------------------------------------------------------------------------
     n_groups: int = 16
-    """Rollout groups (tasks) per update."""
+    """Rollout groups (tasks) per update; with several processes, all of them together (each
+    rolls out a contiguous share)."""
     group_size: int = 8
     """Trajectories per group (PPO: 1 trajectory per task, n_groups × group_size tasks)."""
     temperature: float = 1.0
@@ -143,7 +145,8 @@ class TrainConfig:
     ppo_epochs: int = 1
     """Passes over each rollout."""
     mini_batch_size: int = 64
-    """Transitions per optimizer step (0: the whole rollout in one step)."""
+    """Transitions per optimizer step (0: the whole rollout in one step); with several
+    processes, all of them together."""
     token_budget: int = 16384
     """Padded tokens per micro-batch (bounds activation memory; gradients accumulate)."""
     max_seq_len: int = 4096
@@ -214,7 +217,7 @@ class TrainConfig:
     ~20 ms per rollout on fast ones (benchmarks/README.md, "Env workers")."""
     record_replay: bool = True
     """Write every on-policy transition to ``<output_dir>/replay/`` (a WM replay, one shard per
-    update; records carry ``update``, ``group``, ``lambda_g``, ``wm_selected``, ``advantage``,
+    update and process; records carry ``update``, ``group``, ``lambda_g``, ``wm_selected``, ``advantage``,
     the action entropy and token ids). Off saves disk on long runs with long prompts."""
 
     def __post_init__(self) -> None:

@@ -159,6 +159,15 @@ def setup(device: str | None) -> SingleProcess:
     return MultiProcess(cpu=cpu)
 
 
+def shutdown() -> None:
+    """End this process's part of a launch: wait for every rank, then destroy the process group
+    (a process that exits with it alive can abort in its C++ destructors, and torchrun then
+    kills the other ranks). Nothing in a world of one."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+
+
 def rank_device(world: SingleProcess, device: str | None) -> str | None:
     """The device this rank's model goes on: the configured one in a world of one, the rank's
     own GPU (or the CPU) in a launch."""

@@ -371,7 +371,10 @@ class PaWTrainer:
         start = time.perf_counter()
         values = (critic_values(self.critic, trajectories, config, self.policy.pad_id,
                                 self.device) if self.critic is not None else None)
+        gathering = time.perf_counter()
         trajectories, values = self._gather_rollout(trajectories, values)
+        # The gather waits for the slowest rank's rollout: that time is rollout time.
+        gathering = time.perf_counter() - gathering
         batch = build_batch(trajectories, self.tokenizer, config, values)
         self._last_batch = batch
         if not batch.samples:
@@ -411,7 +414,7 @@ class PaWTrainer:
         summed = self.world.reduce({k: v for k, v in totals.items()
                                     if k not in RANK_INDEPENDENT_TOTALS})
         totals = {**totals, **summed}
-        update_time = time.perf_counter() - start
+        update_time = time.perf_counter() - start - gathering
         return {**self._metrics(batch, totals, norms, update_time), **noise}
 
     def _gather_rollout(self, trajectories: list[Trajectory], values: list[list[float]] | None

@@ -46,12 +46,14 @@ def run(args) -> int:
     except (ValueError, FileNotFoundError, FileExistsError) as error:
         raise UserError(str(error)) from error
     require_writable(config.output_dir, "--output_dir")
+    from training.distributed import shutdown
     from training.trainer import PaWTrainer
 
     try:
         history = PaWTrainer(config).train(resume=resume)
     except (FileNotFoundError, CheckpointError) as error:
         raise UserError(str(error)) from error
+    shutdown()
     if history:
         last = history[-1]
         print(f"step {last['step']}: reward {last['reward']:.3f}, success {last['success']:.3f}; "

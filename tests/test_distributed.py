@@ -1,0 +1,179 @@
+"""Multi-process training (training.distributed): real torchrun / accelerate launches of 2 gloo
+processes on CPU, compared with 1 process."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from training.distributed import SingleProcess, balance_rows, group_shard, setup
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_group_shards_are_contiguous_blocks_in_rank_order():
+    for n_groups in range(0, 10):
+        for world in range(1, 5):
+            shards = [group_shard(n_groups, world, rank) for rank in range(world)]
+            assert [g for shard in shards for g in shard] == list(range(n_groups))
+            sizes = [len(shard) for shard in shards]
+            assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
+    with pytest.raises(ValueError, match="rank 2 is not in a world of 2"):
+        group_shard(4, 2, 2)
+
+
+def test_balance_rows_splits_by_tokens_deterministically():
+    rows = [7, 3, 9, 1, 4, 8]
+    lengths = [100, 10, 90, 20, 50, 40]
+    shares = balance_rows(rows, lengths, 2)
+    assert sorted(r for share in shares for r in share) == sorted(rows)
+    for share in shares:  # each share keeps the order of rows
+        assert share == [r for r in rows if r in share]
+    load = [sum(lengths[rows.index(r)] for r in share) for share in shares]
+    assert abs(load[0] - load[1]) <= max(lengths)
+    assert balance_rows(rows, lengths, 2) == shares
+    assert balance_rows(rows[:1], lengths[:1], 3) == [[7], [], []]
+    assert balance_rows(rows, lengths, 1) == [rows]
+
+
+def test_a_plain_process_is_a_world_of_one(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    world = setup("cpu")
+    assert type(world) is SingleProcess and world.world_size == 1 and world.is_main
+    assert world.gather([1, 2]) == [1, 2] and world.reduce({"a": 2.0}) == {"a": 2.0}
+
+
+def test_a_launch_refuses_one_gpu_for_every_process(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match=r"device='cuda:0' would put every process on one "
+                                         r"GPU; with 2 processes leave device unset"):
+        setup("cuda:0")
+
+
+def _benchmark():
+    spec = importlib.util.spec_from_file_location("bench_distributed",
+                                                  REPO / "benchmarks" / "distributed.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_two_processes_match_one_process_on_the_same_rollouts(tiny_model_dir, one_torch_thread):
+    """Two updates of fixed, on-policy rollouts in 2 gloo processes (torchrun) and in 1: in
+    float64 every gradient and parameter agrees to float summation order (~1e-12), for the
+    group-relative RL + PaW with LoRA, GiGPO + PaW and PPO's critic with full fine-tuning."""
+    bench = _benchmark()
+    variants = {"grpo+paw lora": dict(algo="grpo", lora=True, lr=1e-3, kl_coef=0.05),
+                "gigpo+paw full": dict(algo="gigpo", lora=False, lr=1e-4),
+                "ppo+paw full": dict(algo="ppo", lora=False, lr=1e-4)}
+    # The nano model's actions are all invalid: rewards are spread so advantages are not zero.
+    report = bench.exactness(str(tiny_model_dir), variants, updates=2, reward_spread=True,
+                             dtype="float64", n_groups=3, group_size=2, max_new_tokens=12,
+                             max_episode_steps=2, mini_batch_size=5, token_budget=600)
+    for name, row in report.items():
+        assert row["optimizer_steps"] >= 4, name           # two mini-batches per update
+        assert row["max_param_change"] > 1e-5, name        # the updates moved the weights
+        assert row["max_rel_grad_diff"] < 1e-9, (name, row)
+        assert row["max_param_diff"] < 1e-9, (name, row)
+        assert row["max_metric_diff"] < 1e-6, (name, row)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+#: A rank that SIGKILLs itself at the start of its third rollout (after step 2's checkpoint),
+#: then the ordinary CLI.
+KILLED_RUN = textwrap.dedent("""
+    import os, signal, sys
+    from training import collect
+    from training.cli import main
+
+    inner, calls = collect.EnvCollector.__call__, [0]
+
+    def call(self, *args):
+        calls[0] += 1
+        if calls[0] == 3 and os.environ["RANK"] == "1":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return inner(self, *args)
+
+    collect.EnvCollector.__call__ = call
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+def _launch(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_a_killed_two_process_run_resumes_to_the_same_metrics(tiny_model_dir, tmp_path):
+    """``accelerate launch`` and ``torchrun`` of ``training.cli train`` with one YAML: the
+    uninterrupted 2-process run, and one whose rank 1 is killed in step 3 and resumed with
+    --resume, end with the same metrics, weights and replay."""
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(dict(
+        model=str(tiny_model_dir), env_id="PaW/Shelf-v0", n_groups=3, group_size=2,
+        max_new_tokens=10, max_episode_steps=2, total_steps=3, save_every=1, lr=1e-3,
+        mini_batch_size=4, token_budget=1024, device="cpu", progress=False, algo="grpo",
+        alpha=0.5)))
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc_per_node=2"]
+    accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
+                  "--num_processes=2", "--num_machines=1", "--mixed_precision=no",
+                  "--dynamo_backend=no", f"--main_process_port={_free_port()}"]
+    full = _launch([*accelerate, "-m", "training.cli", "train", "--config", str(config),
+                    "--output_dir", str(tmp_path / "full")], tmp_path)
+    assert full.returncode == 0, full.stderr[-4000:]
+    script = tmp_path / "killed_run.py"
+    script.write_text(KILLED_RUN)
+    killed = _launch([*torchrun, str(script), "train", "--config", str(config),
+                      "--output_dir", str(tmp_path / "killed")], tmp_path)
+    assert killed.returncode != 0
+    out = tmp_path / "killed"
+    assert [json.loads(line)["step"] for line in
+            (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    resumed = _launch([*torchrun, "-m", "training.cli", "train", "--config", str(config),
+                       "--output_dir", str(out), "--resume"], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert "resuming" in resumed.stderr and "step 2 of 3" in resumed.stderr
+
+    from safetensors.torch import load_file
+
+    from training.checkpoint import latest_checkpoint
+    from wrappers.replay import WMReplay
+
+    metrics = [[json.loads(line) for line in (tmp_path / run / "metrics.jsonl")
+                .read_text().splitlines()] for run in ("full", "killed")]
+    assert [m["step"] for m in metrics[1]] == [1, 2, 3]
+    timing = ("time", "per_s", "mem")
+    for key, value in metrics[0][2].items():
+        if not any(part in key for part in timing):
+            assert metrics[1][2][key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
+    assert metrics[0][2]["transitions"] > 0
+    checkpoints = [latest_checkpoint(tmp_path / run) for run in ("full", "killed")]
+    for checkpoint in checkpoints:
+        assert json.loads((checkpoint / "state.json").read_text())["world_size"] == 2
+        assert (checkpoint / "rng.safetensors").is_file()
+        assert (checkpoint / "rng-rank1.safetensors").is_file()
+    weights = [load_file(str(next((c / "model").glob("*.safetensors")))) for c in checkpoints]
+    assert all((weights[0][k] == weights[1][k]).all() for k in weights[0])
+    # each rank wrote its own replay shard per update; together they hold every transition once
+    shards = sorted(p.name for p in (out / "replay").glob("*.jsonl"))
+    assert shards == [f"update-{s:06d}-rank{r}.jsonl" for s in (1, 2, 3) for r in (0, 1)]
+    replays = [WMReplay.load(tmp_path / run / "replay").records for run in ("full", "killed")]
+    key = lambda r: (r["update"], r["group"], r["episode_id"], r["step"], r["h"], r["a"],  # noqa: E731
+                     r["o_next"], r["wm_selected"], r["lambda_g"], r["advantage"])
+    assert sorted(map(key, replays[0])) == sorted(map(key, replays[1]))
+    assert {r["group"] for r in replays[1] if r["update"] == 3} == {0, 1, 2}
