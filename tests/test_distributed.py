@@ -59,6 +59,21 @@ def test_a_launch_refuses_one_gpu_for_every_process(monkeypatch):
         setup("cuda:0")
 
 
+def test_a_launch_with_fewer_groups_than_processes_says_so_before_loading(tiny_model_dir,
+                                                                         tmp_path):
+    """A real 2-process torchrun of `training.cli train` with one rollout group: one clear line
+    from every rank, before the model loads or the output folder is written."""
+    done = _launch([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                    "--nproc_per_node=2", "-m", "training.cli", "train", "--model",
+                    str(tiny_model_dir), "--env_id", "PaW/Shelf-v0", "--n_groups", "1",
+                    "--device", "cpu", "--output_dir", str(tmp_path / "run")], tmp_path)
+    assert done.returncode != 0
+    ranks = done.stderr.split("Traceback")[0]  # then torchrun's own report of the failure
+    assert ranks.count("paw-gym train: error: n_groups=1 rollout groups per update are fewer "
+                       "than the 2 processes: each process rolls out whole groups") == 2
+    assert not (tmp_path / "run" / "config.yaml").exists()
+
+
 def _benchmark():
     spec = importlib.util.spec_from_file_location("bench_distributed",
                                                   REPO / "benchmarks" / "distributed.py")

@@ -217,8 +217,9 @@ class TrainConfig:
     ~20 ms per rollout on fast ones (benchmarks/README.md, "Env workers")."""
     record_replay: bool = True
     """Write every on-policy transition to ``<output_dir>/replay/`` (a WM replay, one shard per
-    update and process; records carry ``update``, ``group``, ``lambda_g``, ``wm_selected``, ``advantage``,
-    the action entropy and token ids). Off saves disk on long runs with long prompts."""
+    update and process; records carry ``update``, ``group``, ``lambda_g``, ``wm_selected``,
+    ``advantage``, the action entropy and token ids). Off saves disk on long runs with long
+    prompts."""
 
     def __post_init__(self) -> None:
         self.validate()

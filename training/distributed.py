@@ -64,6 +64,18 @@ def balance_rows(rows: Sequence[int], lengths: Sequence[int], world_size: int) -
     return [[rows[k] for k in range(len(rows)) if owner[k] == rank] for rank in range(world_size)]
 
 
+def check_group_count(config, world_size: int) -> None:
+    """A ValueError when a ``TrainConfig``'s update has fewer rollout groups than there are
+    processes (each process rolls out whole groups)."""
+    n_groups = config.n_groups * (config.group_size if config.algo == "ppo" else 1)
+    if n_groups < world_size:
+        what = (f"n_groups × group_size = {n_groups} PPO rollout groups" if config.algo == "ppo"
+                else f"n_groups={n_groups} rollout groups")
+        raise ValueError(f"{what} per update are fewer than the {world_size} processes: each "
+                         f"process rolls out whole groups; raise n_groups or launch fewer "
+                         f"processes")
+
+
 class SingleProcess:
     """The world of one: every collective is the identity."""
 

@@ -36,8 +36,8 @@ def build_policy(config: TrainConfig, device: str | None = None):
     if config.init_checkpoint and not is_adapter_dir(config.init_checkpoint):
         source = config.init_checkpoint  # a full fine-tuned model directory (e.g. from SFT)
     policy = HFPolicy(source, tokenizer=config.model if source != config.model else None,
-                      device=device or config.device, dtype=torch_dtype(config.dtype), seed=config.seed,
-                      max_context=rollout_context(config))
+                      device=device or config.device, dtype=torch_dtype(config.dtype),
+                      seed=config.seed, max_context=rollout_context(config))
     if is_adapter_dir(config.init_checkpoint):
         if not config.lora:
             raise ValueError(f"init_checkpoint {config.init_checkpoint!r} is a LoRA adapter; "

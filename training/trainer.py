@@ -94,11 +94,7 @@ class PaWTrainer:
 
             check_env_settings(config.env_id, config.env_kwargs)
         self.world = distributed.setup(config.device)
-        n_tasks = config.n_groups * (config.group_size if config.algo == "ppo" else 1)
-        if n_tasks < self.world.world_size:
-            raise ValueError(f"n_groups={config.n_groups} gives {n_tasks} rollout groups, fewer "
-                             f"than the {self.world.world_size} processes: each process rolls "
-                             f"out whole groups; raise n_groups or launch fewer processes")
+        distributed.check_group_count(config, self.world.world_size)
         seed_everything(config.seed)
         self.policy = policy if policy is not None else build_policy(
             config, device=distributed.rank_device(self.world, config.device))

@@ -35,12 +35,14 @@ def run(args) -> int:
     check_env(config.env_id, config.env_kwargs)
     from agents.hf_policy import check_model_source  # torch: once the config is valid
     from training.checkpoint import CheckpointError, check_output_dir
+    from training.distributed import check_group_count, launched_world_size
 
     resume = True if resume == "latest" else resume
     # Everything a user can get wrong, before the model loads and before any file is touched.
     try:
         check_output_dir(config.output_dir, bool(resume), config.overwrite_output_dir)
         check_model_source(config.model)
+        check_group_count(config, launched_world_size())
         if config.init_checkpoint and not Path(config.init_checkpoint).is_dir():
             raise FileNotFoundError(f"init_checkpoint {config.init_checkpoint!r} is not a folder")
     except (ValueError, FileNotFoundError, FileExistsError) as error:
