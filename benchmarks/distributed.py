@@ -169,12 +169,9 @@ def sample_rollouts(fields: dict, updates: int, reward_spread: bool = False
 
     ``reward_spread``: give each trajectory a reward from its position in its group (for a
     model whose actions are all invalid, so that advantages are not all zero)."""
-    import torch
-
     from training.config import TrainConfig
     from training.trainer import PaWTrainer
 
-    torch.set_num_threads(1)
     trainer = PaWTrainer(TrainConfig(**fields))
     config = trainer.config
     initial = trained_parameters(trainer)
@@ -297,6 +294,9 @@ def main() -> None:
     if args.worker:
         worker(args.worker, args.out)
         return
+    import torch
+
+    torch.set_num_threads(1)  # like each worker process
     if not Path(args.model, "config.json").is_file():
         parser.error(f"--model {args.model} is not a model folder; `paw-gym demo` builds the "
                      f"default one, or pass any HF causal LM folder")
