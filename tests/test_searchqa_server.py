@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import select
 import socket
 import subprocess
 import sys
@@ -317,6 +318,9 @@ def test_client_that_never_reads_is_cut_off_after_io_timeout(retriever, kb):
             connect(server, receive_buffer=4096) as silent:
         titles = [d.title for d in kb.documents[:100]]
         silent.sendall(raw_post(json.dumps({"queries": titles, "topk": 100}).encode()))
+        # Not reading from the moment the server starts writing (computing the answer can take
+        # over a second on a loaded machine) for twice its io_timeout.
+        assert select.select([silent], [], [], 60)[0]
         time.sleep(1.0)
         response = http.client.HTTPResponse(silent)
         response.begin()
