@@ -127,9 +127,8 @@ def own_groups(trainer, trajectories: list) -> list:
     of the update's groups, as ``PaWTrainer.train_step`` shares them)."""
     from training.distributed import group_shard
 
-    config, world = trainer.config, trainer.world
-    n_groups = config.n_groups * (config.group_size if config.algo == "ppo" else 1)
-    shard = group_shard(n_groups, world.world_size, world.rank)
+    world = trainer.world
+    shard = group_shard(trainer.config.rollout_groups, world.world_size, world.rank)
     return [copy.deepcopy(t) for t in trajectories if t.group_index in shard]
 
 
@@ -177,7 +176,7 @@ def sample_rollouts(fields: dict, updates: int, reward_spread: bool = False
     initial = trained_parameters(trainer)
     rollouts = []
     for step in range(updates):
-        n_tasks = config.n_groups * (config.group_size if config.algo == "ppo" else 1)
+        n_tasks = config.rollout_groups
         trajectories = trainer.collect(trainer.policy, list(range(step * n_tasks,
                                                                   (step + 1) * n_tasks)),
                                        1 if config.algo == "ppo" else config.group_size,

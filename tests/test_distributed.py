@@ -3,7 +3,6 @@ processes on CPU, compared with 1 process."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import socket
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from benchmarks.distributed import exactness
 from training.distributed import SingleProcess, balance_rows, group_shard, setup
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,24 +74,15 @@ def test_a_launch_with_fewer_groups_than_processes_says_so_before_loading(tiny_m
     assert not (tmp_path / "run" / "config.yaml").exists()
 
 
-def _benchmark():
-    spec = importlib.util.spec_from_file_location("bench_distributed",
-                                                  REPO / "benchmarks" / "distributed.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_two_processes_match_one_process_on_the_same_rollouts(tiny_model_dir, one_torch_thread):
     """Two updates of fixed, on-policy rollouts in 2 gloo processes (torchrun) and in 1: in
     float64 every gradient and parameter agrees to float summation order (~1e-12), for the
     group-relative RL + PaW with LoRA, GiGPO + PaW and PPO's critic with full fine-tuning."""
-    bench = _benchmark()
     variants = {"grpo+paw lora": dict(algo="grpo", lora=True, lr=1e-3, kl_coef=0.05),
                 "gigpo+paw full": dict(algo="gigpo", lora=False, lr=1e-4),
                 "ppo+paw full": dict(algo="ppo", lora=False, lr=1e-4)}
     # The nano model's actions are all invalid: rewards are spread so advantages are not zero.
-    report = bench.exactness(str(tiny_model_dir), variants, updates=2, reward_spread=True,
+    report = exactness(str(tiny_model_dir), variants, updates=2, reward_spread=True,
                              dtype="float64", n_groups=3, group_size=2, max_new_tokens=12,
                              max_episode_steps=2, mini_batch_size=5, token_budget=600)
     for name, row in report.items():

@@ -221,6 +221,12 @@ class TrainConfig:
     ``advantage``, the action entropy and token ids). Off saves disk on long runs with long
     prompts."""
 
+    @property
+    def rollout_groups(self) -> int:
+        """Rollout groups per update: ``n_groups`` of ``group_size`` trajectories, or for PPO
+        ``n_groups × group_size`` tasks of one trajectory each."""
+        return self.n_groups * (self.group_size if self.algo == "ppo" else 1)
+
     def __post_init__(self) -> None:
         self.validate()
 

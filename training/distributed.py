@@ -67,7 +67,7 @@ def balance_rows(rows: Sequence[int], lengths: Sequence[int], world_size: int) -
 def check_group_count(config, world_size: int) -> None:
     """A ValueError when a ``TrainConfig``'s update has fewer rollout groups than there are
     processes (each process rolls out whole groups)."""
-    n_groups = config.n_groups * (config.group_size if config.algo == "ppo" else 1)
+    n_groups = config.rollout_groups
     if n_groups < world_size:
         what = (f"n_groups × group_size = {n_groups} PPO rollout groups" if config.algo == "ppo"
                 else f"n_groups={n_groups} rollout groups")
@@ -82,6 +82,10 @@ class SingleProcess:
     rank = 0
     world_size = 1
     is_main = True
+
+    def model_device(self, configured: str | None) -> str | None:
+        """The device this rank's model goes on: the configured one."""
+        return configured
 
     def prepare(self, module: torch.nn.Module) -> torch.nn.Module:
         return module
@@ -124,6 +128,10 @@ class MultiProcess(SingleProcess):
         self.world_size = self.accelerator.num_processes
         self.is_main = self.accelerator.is_main_process
         self.device = self.accelerator.device
+
+    def model_device(self, configured: str | None) -> str | None:
+        """The rank's own GPU (``setup`` refused a pinned ``cuda:N``), or the CPU."""
+        return str(self.device)
 
     def prepare(self, module: torch.nn.Module) -> torch.nn.Module:
         return self.accelerator.prepare_model(module, device_placement=False)
@@ -178,12 +186,4 @@ def shutdown() -> None:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
-
-
-def rank_device(world: SingleProcess, device: str | None) -> str | None:
-    """The device this rank's model goes on: the configured one in a world of one, the rank's
-    own GPU (or the CPU) in a launch."""
-    if isinstance(world, MultiProcess):
-        return str(world.device)
-    return device
 

@@ -97,7 +97,7 @@ class PaWTrainer:
         distributed.check_group_count(config, self.world.world_size)
         seed_everything(config.seed)
         self.policy = policy if policy is not None else build_policy(
-            config, device=distributed.rank_device(self.world, config.device))
+            config, device=self.world.model_device(config.device))
         self.model = self.policy.model
         self.tokenizer = self.policy.tokenizer
         if collect is None:
@@ -321,7 +321,7 @@ class PaWTrainer:
         seed_everything(step_seed)
         rng = random.Random(step_seed)
         ppo = config.algo == "ppo"
-        n_tasks = config.n_groups * (config.group_size if ppo else 1)
+        n_tasks = config.rollout_groups
         task_seeds = [rng.randrange(config.train_task_seeds) for _ in range(n_tasks)]
         world = self.world
         mine = distributed.group_shard(n_tasks, world.world_size, world.rank)
@@ -367,10 +367,10 @@ class PaWTrainer:
         start = time.perf_counter()
         values = (critic_values(self.critic, trajectories, config, self.policy.pad_id,
                                 self.device) if self.critic is not None else None)
-        gathering = time.perf_counter()
-        trajectories, values = self._gather_rollout(trajectories, values)
         # The gather waits for the slowest rank's rollout: that time is rollout time.
-        gathering = time.perf_counter() - gathering
+        gather_start = time.perf_counter()
+        trajectories, values = self._gather_rollout(trajectories, values)
+        waited = time.perf_counter() - gather_start
         batch = build_batch(trajectories, self.tokenizer, config, values)
         self._last_batch = batch
         if not batch.samples:
@@ -410,7 +410,7 @@ class PaWTrainer:
         summed = self.world.reduce({k: v for k, v in totals.items()
                                     if k not in RANK_INDEPENDENT_TOTALS})
         totals = {**totals, **summed}
-        update_time = time.perf_counter() - start - gathering
+        update_time = time.perf_counter() - start - waited
         return {**self._metrics(batch, totals, norms, update_time), **noise}
 
     def _gather_rollout(self, trajectories: list[Trajectory], values: list[list[float]] | None
@@ -424,12 +424,18 @@ class PaWTrainer:
         gathered = [t for part in parts for t in part[0]]
         return gathered, (None if values is None else [v for part in parts for v in part[1]])
 
+    def _own_rows(self, batch: RolloutBatch, rows: list[int], with_obs: bool = True
+                  ) -> list[int]:
+        """This rank's share of ``rows`` (balanced by tokens); empty when there are fewer
+        rows than ranks."""
+        return distributed.balance_rows(rows, [batch.samples[i].length(with_obs) for i in rows],
+                                        self.world.world_size)[self.world.rank]
+
     def _share(self, batch: RolloutBatch, rows: list[int], with_obs: bool = True
                ) -> tuple[list[int], bool]:
-        """This rank's rows of ``rows`` (balanced by tokens), and whether it has none: then it
-        gets ``rows[:1]`` to run with zero weight, so that it still joins the all-reduce."""
-        share = distributed.balance_rows(rows, [batch.samples[i].length(with_obs) for i in rows],
-                                         self.world.world_size)[self.world.rank]
+        """This rank's rows for a gradient pass, and whether it has none: then it gets
+        ``rows[:1]`` to run with zero weight, so that it still joins the all-reduce."""
+        share = self._own_rows(batch, rows, with_obs)
         return (share, False) if share else (rows[:1], True)
 
     # -- pieces of an update ------------------------------------------------------------------
@@ -443,10 +449,10 @@ class PaWTrainer:
     def _attach_reference_logprobs(self, batch: RolloutBatch) -> None:
         # The reference scores action tokens only, so the rows go without their observations.
         # Each rank scores its share of the rows; the results are gathered.
-        mine, idle = self._share(batch, list(range(len(batch.samples))), with_obs=False)
+        mine = self._own_rows(batch, list(range(len(batch.samples))), with_obs=False)
         scored = {}
         with self.reference.active() as reference:
-            for rows in self._micro_batches(batch, [] if idle else mine, False):
+            for rows in self._micro_batches(batch, mine, False):
                 mb = collate(batch.samples, rows, self.policy.pad_id, self.device, with_obs=False)
                 logprobs, _ = gather_logprobs(reference, mb, score_obs=False,
                                               action_temperature=self.settings.action_temperature,
@@ -463,8 +469,7 @@ class PaWTrainer:
         """Appendix A.4 over this update's WM targets (rows carrying observation tokens)."""
         rows = [i for i, s in enumerate(batch.samples) if s.obs_len]
         probabilities, noisy = [], []
-        mine, idle = self._share(batch, rows) if rows else ([], True)
-        for micro in self._micro_batches(batch, [] if idle else mine):
+        for micro in self._micro_batches(batch, self._own_rows(batch, rows)):
             mb = collate(batch.samples, micro, self.policy.pad_id, self.device)
             logprobs, _ = gather_logprobs(self.model, mb, score_obs=True,
                                           action_temperature=self.settings.action_temperature,
