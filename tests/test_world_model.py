@@ -10,8 +10,8 @@ import random
 import pytest
 
 from training.cli import main
-from training.world_model import (EmbeddingReward, WMExample, exact_match, is_validation,
-                                  keep_not_too_easy, load_examples, make_reward,
+from training.world_model import (EmbeddingReward, WMExample, episode_keys, exact_match,
+                                  is_validation, keep_not_too_easy, load_examples, make_reward,
                                   parse_prediction, rouge_l_binned, split_examples, wm_prompt)
 
 GUESS = "Test/GuessNumber-v0"
@@ -138,9 +138,22 @@ def test_split_is_by_episode_and_deterministic(guess_replay):
     assert split_examples(examples, 0, 0.1) == (train, validation)
     other = {e.episode_id for e in split_examples(examples, 7, 0.1)[1]}
     assert other != validation_episodes
-    assert all(is_validation(e, 0, 0.1) for e in validation_episodes)
+    keys = episode_keys(examples)
+    assert all(is_validation(keys[e], 0, 0.1) for e in validation_episodes)
     assert split_examples(examples, 0, 0.0)[1] == []
     assert all(isinstance(e, WMExample) and e.o_next for e in examples)
+
+
+def test_a_replay_recorded_again_is_split_the_same_way(guess_replay, tmp_path):
+    """Episode ids are random uuids; the split (and so train-wm) must not depend on them."""
+    from training.world_model import record_replay
+
+    again = load_examples(record_replay(GUESS, "random", 40, tmp_path / "again"))
+    first = load_examples(guess_replay)
+    assert {e.episode_id for e in again}.isdisjoint(e.episode_id for e in first)
+    without_ids = [[(e.h, e.a, e.o_next) for e in part] for part in split_examples(first, 0, 0.1)]
+    assert [[(e.h, e.a, e.o_next) for e in part] for part in split_examples(again, 0, 0.1)] == \
+        without_ids
 
 
 # -- train-wm and eval-wm end to end -----------------------------------------------------------

@@ -5,8 +5,10 @@ offline CMAE, sharing one data path and one prompt format.
 the prompt ``h`` the agent acted from (already the history window: HistoryPrompt's last H
 turns), the raw model output ``a``, and the env's raw next observation ``o_next`` (the target).
 Examples are split 90/10 into train/validation **by episode**: an episode is in validation when
-``sha256(f"{seed}:{episode_id}")``, read as a number in [0, 1), is below ``val_fraction``, so
-no episode is in both parts and the split is the same on every machine.
+``sha256(f"{seed}:{key}")``, read as a number in [0, 1), is below ``val_fraction``, where ``key``
+is a digest of the episode's transitions (:func:`episode_keys`; not its id, which is a random
+uuid). So no episode is in both parts, identical episodes are on the same side, and a replay
+recorded again with the same seeds is split the same way, on every machine.
 
 **Prompt and answer** (:func:`wm_prompt`, :func:`parse_prediction`). The world model gets
 :data:`PROMPT_TEMPLATE` filled with ``h`` and ``a`` (as a user message, through the model's chat
@@ -62,6 +64,7 @@ import json
 import math
 import random
 import re
+from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
@@ -100,7 +103,8 @@ class WorldModelConfig:
     output_dir: str = "runs/world-model"
     """Where the model (<output_dir>/model), metrics.jsonl and curves.png are written."""
     val_fraction: float = 0.1
-    """Share of the episodes held out for validation (by a seeded hash of the episode id)."""
+    """Share of the episodes held out for validation (by a seeded hash of the episode's
+    transitions)."""
     seed: int = 0
     """Seed of the split, the shuffling, the sampling and the easy filter."""
     steps: int = 100
@@ -195,20 +199,34 @@ def load_examples(replay_dir: str | Path) -> list[WMExample]:
     return examples
 
 
-def is_validation(episode_id: str, seed: int, val_fraction: float) -> bool:
-    """Whether ``episode_id`` is held out: its seeded hash, as a number in [0, 1), is below
-    ``val_fraction``."""
-    digest = hashlib.sha256(f"{seed}:{episode_id}".encode("utf-8")).digest()
+def episode_keys(examples: Sequence[WMExample]) -> dict[str, str]:
+    """Each episode's split key: the sha256 of its transitions' text (task type, h, a, o_next),
+    sorted. Episode ids are random, so a key made of them would split the same recording, made
+    again with the same seeds, differently; this one is the same in any record order."""
+    texts: dict[str, list[str]] = defaultdict(list)
+    for example in examples:
+        texts[example.episode_id].append(
+            "\x1f".join((example.task_type, example.h, example.a, example.o_next)))
+    return {episode: hashlib.sha256("\x1e".join(sorted(parts)).encode("utf-8")).hexdigest()
+            for episode, parts in texts.items()}
+
+
+def is_validation(key: str, seed: int, val_fraction: float) -> bool:
+    """Whether the episode with split key ``key`` is held out: the seeded hash of the key, as a
+    number in [0, 1), is below ``val_fraction``."""
+    digest = hashlib.sha256(f"{seed}:{key}".encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big") / 2**64 < val_fraction
 
 
 def split_examples(examples: Sequence[WMExample], seed: int = 0, val_fraction: float = 0.1
                    ) -> tuple[list[WMExample], list[WMExample]]:
-    """``(train, validation)`` by episode (:func:`is_validation`), each in the input order."""
+    """``(train, validation)`` by episode (:func:`episode_keys`, :func:`is_validation`), each
+    in the input order."""
+    keys = episode_keys(examples)
+    held_out = {episode: is_validation(key, seed, val_fraction) for episode, key in keys.items()}
     train, validation = [], []
     for example in examples:
-        held_out = is_validation(example.episode_id, seed, val_fraction)
-        (validation if held_out else train).append(example)
+        (validation if held_out[example.episode_id] else train).append(example)
     return train, validation
 
 
