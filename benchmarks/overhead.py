@@ -11,9 +11,9 @@ step by step (A B A B ...); each step is split into
 * ``other``    - everything else of the update (advantages, entropy selection, serialising
   ``h ⊕ a ⊕ o`` rows, collation, metrics).
 
-Peak memory is the largest resident-set growth during the update over the RSS at its start,
-sampled every millisecond (glibc is told to return freed blocks, so A and B start equal), plus
-the process high-water mark. Medians over the repeats.
+Peak memory is the largest resident-set growth during the update over the RSS at its start
+(the kernel's high-water mark, reset at the update's start; glibc is told to return freed
+blocks, so A and B start equal), plus the process high-water mark. Medians over the repeats.
 
     python benchmarks/overhead.py            # ~6 min on 2 busy CPU cores
     python benchmarks/overhead.py --quick    # ~2 min
@@ -39,7 +39,13 @@ from benchmarks import common as C  # noqa: E402
 
 
 class RSSPeak:
-    """Peak resident set size (MiB) above the level at ``__enter__``, sampled in a thread."""
+    """Peak resident set size (MiB) above the level at ``__enter__``.
+
+    Exact where the kernel lets a process reset its RSS high-water mark (Linux ≥ 4.0: write 5
+    to ``/proc/self/clear_refs``, then read ``VmHWM``); otherwise sampled in a thread every
+    ``interval`` seconds, which can miss a short peak (a thread holding the GIL through an
+    allocation and its release never lets the sampler in).
+    """
 
     def __init__(self, interval: float = 0.001):
         self.interval = interval
@@ -50,12 +56,29 @@ class RSSPeak:
         with open("/proc/self/statm") as handle:
             return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
+    @staticmethod
+    def high_water_mb() -> float:
+        with open("/proc/self/status") as handle:
+            line = next(line for line in handle if line.startswith("VmHWM:"))
+        return int(line.split()[1]) / 1024  # kB
+
+    @staticmethod
+    def reset_high_water() -> bool:
+        try:
+            with open("/proc/self/clear_refs", "w") as handle:
+                handle.write("5")
+            return True
+        except OSError:
+            return False
+
     def __enter__(self):
         self.start = self.rss_mb()
         self.peak = self.start
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self.exact = self.reset_high_water()
+        if not self.exact:
+            self._stop = threading.Event()
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
         return self
 
     def _run(self):
@@ -64,8 +87,11 @@ class RSSPeak:
             time.sleep(self.interval)
 
     def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
+        if self.exact:
+            self.peak = max(self.peak, self.high_water_mb())
+        else:
+            self._stop.set()
+            self._thread.join()
         self.peak = max(self.peak, self.rss_mb())
 
     @property
