@@ -183,3 +183,60 @@ def test_a_killed_two_process_run_resumes_to_the_same_metrics(tiny_model_dir, tm
                      r["o_next"], r["wm_selected"], r["lambda_g"], r["advantage"])
     assert sorted(map(key, replays[0])) == sorted(map(key, replays[1]))
     assert {r["group"] for r in replays[1] if r["update"] == 3} == {0, 1, 2}
+
+
+#: The ordinary CLI, with every call of evaluate() noting the episodes this rank played (task
+#: and actions).
+LOGGED_VALIDATION = textwrap.dedent("""
+    import json, os, sys
+    from training import evaluate
+    from training.cli import main
+
+    inner = evaluate.evaluate
+
+    def logged(*args, **kwargs):
+        result = inner(*args, **kwargs)
+        episodes = [[t.task_id, [s.output.text for s in t.transitions]]
+                    for t in result.trajectories]
+        with open(os.environ["EPISODES_LOG"], "a") as log:
+            log.write(json.dumps([int(os.environ.get("RANK", "0")), episodes]) + "\\n")
+        return result
+
+    evaluate.evaluate = logged
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+def test_validation_is_shared_by_the_ranks_and_scores_as_one_process(tiny_model_dir, tmp_path):
+    """Greedy validation (float64) of 5 held-out tasks: 2 processes play 3 + 2 of them, the
+    same tasks in the same order as 1 process playing all 5, and log the same val_* metrics."""
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(dict(
+        model=str(tiny_model_dir), env_id="PaW/Shelf-v0", n_groups=2, group_size=2,
+        max_new_tokens=10, max_episode_steps=2, total_steps=1, lr=0.0, mini_batch_size=4,
+        token_budget=1024, device="cpu", dtype="float64", progress=False, algo="grpo",
+        val_before_train=True, val_every=0, val_limit=5, val_temperature=0.0)))
+    script = tmp_path / "logged_validation.py"
+    script.write_text(LOGGED_VALIDATION)
+    episodes, validation = {}, {}
+    for processes in (1, 2):
+        log = tmp_path / f"episodes-{processes}.jsonl"
+        done = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone",
+             f"--nproc_per_node={processes}", str(script), "train", "--config", str(config),
+             "--output_dir", str(tmp_path / f"run{processes}")], cwd=tmp_path,
+            env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO),
+                 "EPISODES_LOG": str(log)}, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-4000:]
+        by_rank = dict(json.loads(line) for line in log.read_text().splitlines())
+        assert {rank: len(played) for rank, played in by_rank.items()} == \
+            ({0: 5} if processes == 1 else {0: 3, 1: 2})
+        episodes[processes] = [e for rank in sorted(by_rank) for e in by_rank[rank]]
+        first = json.loads((tmp_path / f"run{processes}" / "metrics.jsonl")
+                           .read_text().splitlines()[0])
+        assert first["step"] == 0
+        validation[processes] = {k: v for k, v in first.items() if k.startswith("val_")}
+    assert len({task for task, _ in episodes[1]}) == 5
+    assert episodes[2] == episodes[1]
+    assert validation[1]["val_episodes"] == 5
+    assert validation[2] == pytest.approx(validation[1], rel=1e-9)

@@ -9,7 +9,7 @@ import resource
 import sys
 import time
 import warnings
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -230,25 +230,31 @@ class PaWTrainer:
     def validate(self) -> dict[str, float]:
         """Play the validation tasks (``val_split``, ``val_limit``; the same tasks every time)
         with the current policy; ``val_*`` metrics, success-like ones as fractions. In a
-        multi-process run rank 0 validates (the others return {} and wait at the next
-        update's gather)."""
+        multi-process run each rank plays a contiguous block of the tasks (sampling seed
+        ``seed · W + rank``) and every rank summarises all the episodes."""
         from training.collect import prompt_kwargs
-        from training.evaluate import evaluate, plan_evaluation
+        from training.evaluate import evaluate, plan_evaluation, summarize
 
-        config = self.config
-        if not self.world.is_main:
-            return {}
+        config, world = self.config, self.world
         env_kwargs = {k: v for k, v in config.env_kwargs.items() if k != "split"}
         if self._validation_plan is None:
             self._validation_plan = plan_evaluation(
                 config.env_id, split=config.val_split, limit=config.val_limit, seed=0,
                 env_kwargs=env_kwargs)
-        result = evaluate(self._rollout_policy(), config.env_id, self._validation_plan,
-                          temperature=config.val_temperature,
-                          max_new_tokens=config.max_new_tokens,
-                          max_steps=config.max_episode_steps, seed=config.seed,
-                          env_kwargs=env_kwargs, num_env_workers=config.num_env_workers,
-                          **prompt_kwargs(config))
+        plan = self._validation_plan
+        mine = distributed.group_shard(len(plan.task_seeds), world.world_size, world.rank)
+        episodes = []
+        if mine:  # fewer tasks than ranks leaves some ranks without one
+            share = replace(plan, task_seeds=plan.task_seeds[mine.start:mine.stop],
+                            task_options=plan.task_options[mine.start:mine.stop])
+            episodes = evaluate(self._rollout_policy(), config.env_id, share,
+                                temperature=config.val_temperature,
+                                max_new_tokens=config.max_new_tokens,
+                                max_steps=config.max_episode_steps,
+                                seed=config.seed * world.world_size + world.rank,
+                                env_kwargs=env_kwargs, num_env_workers=config.num_env_workers,
+                                **prompt_kwargs(config)).trajectories
+        result = summarize(world.gather(episodes))
         overall = result.row()
         metrics = {"val_success": overall.success / 100, "val_score": overall.score / 100,
                    "val_return": overall.mean_return, "val_episode_length": overall.mean_steps,
