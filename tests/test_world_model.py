@@ -253,6 +253,20 @@ def test_eval_wm_reproduces_its_table_from_the_predictions(sft_model, guess_repl
     assert table["meta"]["split"] == "all" and table["meta"]["transitions"] == 8
 
 
+def test_eval_wm_refuses_the_split_of_an_output_of_the_earlier_id_keyed_train_wm(
+        sft_model, tmp_path, capsys):
+    saved = json.loads((sft_model / "wm_config.json").read_text())
+    assert saved["split_key"] == "episode-transitions-sha256"
+    del saved["split_key"]  # what train-wm wrote before the split was keyed by content
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "wm_config.json").write_text(json.dumps(saved))
+    assert main(["eval-wm", "--checkpoint", str(earlier), "--out", str(tmp_path / "eval")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "split episodes by their random ids" in error, error
+    assert "--split all" in error and not (tmp_path / "eval").exists()
+
+
 @pytest.mark.parametrize("argv, message", [
     (["train-wm", "--reward", "cosine", "--replay", "."], "reward 'cosine' is not one of"),
     (["train-wm", "--method", "ppo", "--replay", "."], "invalid choice: 'ppo'"),

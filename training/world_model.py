@@ -77,6 +77,8 @@ DEFAULT_TAU = 0.95
 METHODS = ("rwml", "sft", "cmae")
 RECORD_AGENTS = ("expert", "random", "policy")
 OBSERVATION_STOP = "</observation>"
+#: How the train/validation split keys episodes (written to wm_config.json, checked by eval-wm).
+SPLIT_KEY = "episode-transitions-sha256"
 
 PROMPT_TEMPLATE = (
     "You are the world model of a text environment. An agent was shown the prompt below and "
@@ -669,7 +671,8 @@ def train_world_model(config: WorldModelConfig) -> tuple[Path, list[dict[str, An
         if config.method == "rwml" and config.kl_coef > 0 else None
     out.mkdir(parents=True, exist_ok=True)
     (out / "wm_config.json").write_text(json.dumps({"config": asdict(config), "replay": replay,
-                                                    **setup}, indent=2), encoding="utf-8")
+                                                    "split_key": SPLIT_KEY, **setup}, indent=2),
+                                        encoding="utf-8")
     logger = MetricsLogger(out, config={**asdict(config), **setup})
     order_rng = random.Random(config.seed)
     order: list[int] = []

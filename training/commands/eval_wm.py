@@ -86,15 +86,15 @@ def trained_wm_settings(checkpoint: str | None) -> dict:
     if not checkpoint or not path.is_file():
         return {}
     saved = json.loads(path.read_text(encoding="utf-8"))
-    return {"replay": saved.get("replay"), **{k: saved["config"][k]
-                                              for k in ("seed", "val_fraction")}}
+    return {"replay": saved.get("replay"), "split_key": saved.get("split_key"),
+            **{k: saved["config"][k] for k in ("seed", "val_fraction")}}
 
 
 def evaluate_world_model(arguments: EvalWMArguments) -> int:
     from training.cli import UserError, require_writable
-    from training.world_model import (EmbeddingReward, load_examples, predict, read_predictions,
-                                      select_split, summarize_predictions, table_markdown,
-                                      write_predictions, write_wm_tables)
+    from training.world_model import (SPLIT_KEY, EmbeddingReward, load_examples, predict,
+                                      read_predictions, select_split, summarize_predictions,
+                                      table_markdown, write_predictions, write_wm_tables)
 
     if not -1.0 <= arguments.tau <= 1.0:
         raise UserError(f"--tau must be a cosine in [-1, 1], got {arguments.tau}")
@@ -106,6 +106,10 @@ def evaluate_world_model(arguments: EvalWMArguments) -> int:
     if arguments.temperature < 0:
         raise UserError(f"--temperature must be >= 0, got {arguments.temperature}")
     trained = trained_wm_settings(arguments.checkpoint)
+    if trained and trained["split_key"] != SPLIT_KEY and arguments.split != "all":
+        raise UserError(f"--checkpoint {arguments.checkpoint!r} was trained by an earlier train-wm "
+                        f"that split episodes by their random ids, so its {arguments.split} "
+                        f"split cannot be rebuilt; train it again, or evaluate with --split all")
     seed = arguments.split_seed if arguments.split_seed is not None else trained.get("seed", 0)
     val_fraction = arguments.val_fraction if arguments.val_fraction is not None else \
         trained.get("val_fraction", 0.1)
