@@ -15,7 +15,8 @@ summation order and nothing else.
 scaling: ``train_step`` (rollout on Shelf + update) with 1 and 2 processes, launches
 alternating over rounds; medians of rollout time, update time, generated tokens/s and trained
 transitions/s, and the 2-process speed-up and efficiency (speed-up / 2). Since 1 and 2
-processes sample different episodes, the update is also timed on the same fixed rollouts.
+processes sample different episodes, the update is also timed on the same fixed rollouts, and
+validation (every held-out Shelf task once, shared by the ranks) is timed on its own.
 
     paw-gym demo                                     # once: builds the base model it uses
     python benchmarks/distributed.py                 # both, ~10 min on 2 cores
@@ -111,6 +112,15 @@ def worker(job_file: str, out_file: str) -> None:
                     {"s": time.perf_counter() - start}, "max")["s"])  # the slowest rank's
                 trainer.step += 1
             result[name] = seconds[job["warmup"]:]
+        elif job["mode"] == "validation_timing":
+            trainer = PaWTrainer(config)
+            seconds = []
+            for _ in range(job["warmup"] + job["steps"]):
+                start = time.perf_counter()
+                episodes = trainer.validate()["val_episodes"]
+                seconds.append(trainer.world.reduce(
+                    {"s": time.perf_counter() - start}, "max")["s"])
+            result[name] = {"seconds": seconds[job["warmup"]:], "episodes": episodes}
         else:
             trainer = PaWTrainer(config)
             for _ in range(job["warmup"]):
@@ -255,12 +265,17 @@ def scaling(model: str, rounds: int, steps: int) -> dict:
     rollouts, _ = sample_rollouts(fields, 1 + steps)
     update_job = {"mode": "update_timing", "warmup": 1, "variants": job["variants"],
                   "rollouts": {"grpo+paw lora": rollouts}}
+    validation_job = {"mode": "validation_timing", "warmup": 1, "steps": steps,
+                      "variants": job["variants"]}  # every held-out Shelf task once
     samples: dict[int, list[dict]] = {1: [], 2: []}
     fixed: dict[int, list[float]] = {1: [], 2: []}
+    validation: dict[int, list[float]] = {1: [], 2: []}
     for index in range(rounds):
         for world in ((1, 2) if index % 2 == 0 else (2, 1)):
             samples[world] += launch(world, job)["grpo+paw lora"]
             fixed[world] += launch(world, update_job)["grpo+paw lora"]
+            timed = launch(world, validation_job)["grpo+paw lora"]
+            validation[world] += timed["seconds"]
     figures = {}
     for world, steps_run in samples.items():
         median = lambda key: statistics.median(s[key] for s in steps_run)  # noqa: E731
@@ -269,13 +284,16 @@ def scaling(model: str, rounds: int, steps: int) -> dict:
             "step_s": median("step_time"), "gen_tokens_per_s": median("gen_tokens_per_s"),
             "update_transitions_per_s": statistics.median(
                 s["transitions"] / s["update_time"] for s in steps_run),
-            "steps": len(steps_run), "fixed_rollout_update_s": statistics.median(fixed[world])}
+            "steps": len(steps_run), "fixed_rollout_update_s": statistics.median(fixed[world]),
+            "validation_s": statistics.median(validation[world]),
+            "validation_episodes": timed["episodes"]}
     for key in ("gen_tokens_per_s", "update_transitions_per_s"):
         figures[f"speedup_{key}"] = figures[2][key] / figures[1][key]
         figures[f"efficiency_{key}"] = figures[f"speedup_{key}"] / 2
     figures["speedup_step"] = figures[1]["step_s"] / figures[2]["step_s"]
     figures["speedup_fixed_rollout_update"] = (figures[1]["fixed_rollout_update_s"] /
                                                figures[2]["fixed_rollout_update_s"])
+    figures["speedup_validation"] = figures[1]["validation_s"] / figures[2]["validation_s"]
     return figures
 
 
@@ -319,13 +337,15 @@ def main() -> None:
                   f"{row['update_s']:.2f} s, step {row['step_s']:.2f} s, "
                   f"{row['gen_tokens_per_s']:.0f} generated tok/s, "
                   f"{row['update_transitions_per_s']:.1f} trained transitions/s; update of "
-                  f"the fixed rollouts {row['fixed_rollout_update_s']:.2f} s")
+                  f"the fixed rollouts {row['fixed_rollout_update_s']:.2f} s; validation "
+                  f"({row['validation_episodes']:.0f} episodes) {row['validation_s']:.2f} s")
         print(f"2 vs 1 process: generation ×{figures['speedup_gen_tokens_per_s']:.2f} "
               f"(efficiency {figures['efficiency_gen_tokens_per_s']:.2f}), update "
               f"×{figures['speedup_update_transitions_per_s']:.2f} (efficiency "
               f"{figures['efficiency_update_transitions_per_s']:.2f}), step "
               f"×{figures['speedup_step']:.2f}, update of the fixed rollouts "
-              f"×{figures['speedup_fixed_rollout_update']:.2f}")
+              f"×{figures['speedup_fixed_rollout_update']:.2f}, validation "
+              f"×{figures['speedup_validation']:.2f}")
     results["seconds"] = time.perf_counter() - start
     out = REPO / "benchmarks" / "results" / "distributed.json"
     # --only keeps the other part's figures from an earlier run
