@@ -270,12 +270,14 @@ def scaling(model: str, rounds: int, steps: int) -> dict:
     samples: dict[int, list[dict]] = {1: [], 2: []}
     fixed: dict[int, list[float]] = {1: [], 2: []}
     validation: dict[int, list[float]] = {1: [], 2: []}
+    validation_episodes: dict[int, int] = {}
     for index in range(rounds):
         for world in ((1, 2) if index % 2 == 0 else (2, 1)):
             samples[world] += launch(world, job)["grpo+paw lora"]
             fixed[world] += launch(world, update_job)["grpo+paw lora"]
             timed = launch(world, validation_job)["grpo+paw lora"]
             validation[world] += timed["seconds"]
+            validation_episodes[world] = timed["episodes"]
     figures = {}
     for world, steps_run in samples.items():
         median = lambda key: statistics.median(s[key] for s in steps_run)  # noqa: E731
@@ -286,7 +288,7 @@ def scaling(model: str, rounds: int, steps: int) -> dict:
                 s["transitions"] / s["update_time"] for s in steps_run),
             "steps": len(steps_run), "fixed_rollout_update_s": statistics.median(fixed[world]),
             "validation_s": statistics.median(validation[world]),
-            "validation_episodes": timed["episodes"]}
+            "validation_episodes": validation_episodes[world]}
     for key in ("gen_tokens_per_s", "update_transitions_per_s"):
         figures[f"speedup_{key}"] = figures[2][key] / figures[1][key]
         figures[f"efficiency_{key}"] = figures[f"speedup_{key}"] / 2

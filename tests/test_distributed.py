@@ -63,8 +63,7 @@ def test_a_launch_with_fewer_groups_than_processes_says_so_before_loading(tiny_m
                                                                          tmp_path):
     """A real 2-process torchrun of `training.cli train` with one rollout group: one clear line
     from every rank, before the model loads or the output folder is written."""
-    done = _launch([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                    "--nproc_per_node=2", "-m", "training.cli", "train", "--model",
+    done = _launch([*_torchrun(2), "-m", "training.cli", "train", "--model",
                     str(tiny_model_dir), "--env_id", "PaW/Shelf-v0", "--n_groups", "1",
                     "--device", "cpu", "--output_dir", str(tmp_path / "run")], tmp_path)
     assert done.returncode != 0
@@ -119,8 +118,13 @@ KILLED_RUN = textwrap.dedent("""
 """)
 
 
-def _launch(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+def _torchrun(processes: int) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc_per_node={processes}"]
+
+
+def _launch(command: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), **env}
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -134,8 +138,7 @@ def test_a_killed_two_process_run_resumes_to_the_same_metrics(tiny_model_dir, tm
         max_new_tokens=10, max_episode_steps=2, total_steps=3, save_every=1, lr=1e-3,
         mini_batch_size=4, token_budget=1024, device="cpu", progress=False, algo="grpo",
         alpha=0.5)))
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc_per_node=2"]
+    torchrun = _torchrun(2)
     accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
                   "--num_processes=2", "--num_machines=1", "--mixed_precision=no",
                   "--dynamo_backend=no", f"--main_process_port={_free_port()}"]
@@ -221,12 +224,9 @@ def test_validation_is_shared_by_the_ranks_and_scores_as_one_process(tiny_model_
     episodes, validation = {}, {}
     for processes in (1, 2):
         log = tmp_path / f"episodes-{processes}.jsonl"
-        done = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone",
-             f"--nproc_per_node={processes}", str(script), "train", "--config", str(config),
-             "--output_dir", str(tmp_path / f"run{processes}")], cwd=tmp_path,
-            env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO),
-                 "EPISODES_LOG": str(log)}, capture_output=True, text=True, timeout=600)
+        done = _launch([*_torchrun(processes), str(script), "train", "--config", str(config),
+                        "--output_dir", str(tmp_path / f"run{processes}")], tmp_path,
+                       EPISODES_LOG=str(log))
         assert done.returncode == 0, done.stderr[-4000:]
         by_rank = dict(json.loads(line) for line in log.read_text().splitlines())
         assert {rank: len(played) for rank, played in by_rank.items()} == \

@@ -67,10 +67,10 @@ def balance_rows(rows: Sequence[int], lengths: Sequence[int], world_size: int) -
 def check_group_count(config, world_size: int) -> None:
     """A ValueError when a ``TrainConfig``'s update has fewer rollout groups than there are
     processes (each process rolls out whole groups)."""
-    n_groups = config.rollout_groups
-    if n_groups < world_size:
-        what = (f"n_groups × group_size = {n_groups} PPO rollout groups" if config.algo == "ppo"
-                else f"n_groups={n_groups} rollout groups")
+    groups = config.rollout_groups
+    if groups < world_size:
+        what = (f"n_groups × group_size = {groups} PPO rollout groups" if config.algo == "ppo"
+                else f"n_groups={groups} rollout groups")
         raise ValueError(f"{what} per update are fewer than the {world_size} processes: each "
                          f"process rolls out whole groups; raise n_groups or launch fewer "
                          f"processes")
