@@ -57,10 +57,10 @@ def shares(model_dir: Path, replay: Path, rho: float) -> dict:
     policy = HFPolicy(str(model_dir), device="cpu")
     probabilities, noisy = [], []
     with torch.no_grad():
-        for ids, prompt_len, action_len, obs_len in transcript_parts(policy, replay, 2048):
-            start = prompt_len + action_len
-            logits = policy.model(torch.tensor([ids])).logits[0, start - 1:start - 1 + obs_len]
-            targets = torch.tensor(ids[start:start + obs_len])
+        for row in transcript_parts(policy, replay, 2048):
+            start, obs_len = row.obs_start, row.obs_len
+            logits = policy.model(torch.tensor([row.ids])).logits[0, start - 1:start - 1 + obs_len]
+            targets = torch.tensor(row.ids[start:start + obs_len])
             probabilities += torch.softmax(logits.float(), -1).gather(
                 1, targets[:, None])[:, 0].tolist()
             noisy += noisy_token_mask([policy.tokenizer.decode([t]) for t in targets.tolist()])

@@ -171,7 +171,7 @@ def token_accounting(trainer, trajectories, obs_limits=(32, 64, 128, 256, 512)) 
     from training.rollout_batch import build_batch
 
     def count(config) -> dict:
-        batch = build_batch(trajectories, trainer.tokenizer, config)
+        batch = build_batch(trajectories, trainer.serializer, config)
         lengths = [len(s) for s in batch.samples]
         padded = sum(len(part) * max(lengths[i] for i in part)
                      for part in token_budget_batches(lengths, config.token_budget))

@@ -26,8 +26,9 @@ target items never trained on):
   the test split);
 * world model, the policy's own serialisations (``training.pretrain.next_observation_accuracy``):
   % of the same held-out transitions whose o_next greedy decoding reproduces exactly, and % of
-  o_next tokens right, after h ⊕ a ⊕ <end of turn> (the pretraining transcripts') and after
-  h ⊕ a (the PaW term's: o_next right after the response, which ends at ``</action>``).
+  o_next tokens right, as the environment's next turn (``wm_context: next_turn``, the
+  pretraining transcripts' and the PaW term's) and right after h ⊕ a, inside the policy's turn
+  (``none``, the PaW term's serialisation before issue 25).
 
 RL budgets are equal (20 updates); the world-model stages add their own CPU time, recorded
 per variant (``cpu_s``). Paired design: a seed fixes demos, base, RL tasks and sampling, so the
@@ -148,15 +149,14 @@ def measure(model: Path, held_out: Path, seed: int) -> dict[str, Any]:
     records = predict(policy, load_examples(held_out), 1, temperature=0.0, max_new_tokens=96,
                       seed=seed)
     wm = summarize_predictions(records, EmbeddingReward(tau=DEFAULT_TAU))[-1]
-    pretraining_format = next_observation_accuracy(policy, held_out)
-    paw_format = next_observation_accuracy(policy, held_out, end_of_turn=False)
+    next_turn = next_observation_accuracy(policy, held_out)  # the PaW term's default
+    in_turn = next_observation_accuracy(policy, held_out, wm_context="none")
     return {"success": result.row().success,
             "success_by_type": {r.task_type: r.success for r in result.rows[:-1]},
             "invalid": result.row().invalid, "wm_exact": wm["exact"],
             "wm_above_tau": wm["above_tau"], "wm_similarity": wm["similarity"],
-            "next_obs_exact": pretraining_format["exact"],
-            "next_obs_token": pretraining_format["token"],
-            "paw_obs_exact": paw_format["exact"], "paw_obs_token": paw_format["token"],
+            "next_obs_exact": next_turn["exact"], "next_obs_token": next_turn["token"],
+            "in_turn_obs_exact": in_turn["exact"], "in_turn_obs_token": in_turn["token"],
             "wm_items": wm["items"]}
 
 
@@ -261,9 +261,9 @@ def report() -> str:
         return "no results yet"
     shown = [v for v in VARIANTS if all(v in r["variants"] for r in runs)]
     keys = (("success", "held-out success %"),
-            ("next_obs_exact", "o_next exact after h⊕a⊕eot %"),
-            ("paw_obs_exact", "o_next exact after h⊕a (PaW's) %"),
-            ("paw_obs_token", "o_next tokens after h⊕a %"),
+            ("next_obs_exact", "o_next exact as the next turn %"),
+            ("in_turn_obs_exact", "o_next exact right after h⊕a %"),
+            ("in_turn_obs_token", "o_next tokens right after h⊕a %"),
             ("wm_exact", "o_next exact, WM prompt %"), ("wm_above_tau", "cos ≥ τ, WM prompt %"))
     lines = [f"Seeds {[r['seed'] for r in runs]} on {ENV}; mean ± std over seeds.", "",
              "| variant | " + " | ".join(label for _, label in keys) + " | CPU s |",

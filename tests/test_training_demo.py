@@ -64,3 +64,62 @@ def test_small_demo_runs_end_to_end_and_reuses_the_cached_base(tmp_path, monkeyp
     run_demo(DemoConfig(output_dir=str(tmp_path / "b"), **small), log=logs.append)
     assert any("base model (cached)" in line for line in logs)
     assert len(list((tmp_path / "cache" / "tiny-base").iterdir())) == 1
+
+
+#: Builds the small base of the test below in a fresh process and prints its weights' digest.
+_BUILD_BASE = """
+import hashlib, sys
+from pathlib import Path
+import torch
+torch.set_num_threads(1)
+from safetensors.torch import load_file
+from training.demo import DemoConfig, cached_base
+from training.sft import record_expert_demos
+config = DemoConfig(expert_episodes=40, pretrain_steps=10, eval_episodes=4, seed=3)
+demos = record_expert_demos(config.env_id, config.expert_episodes, Path(sys.argv[1]),
+                            seed=config.seed, max_steps=config.max_steps, split="train",
+                            epsilon=config.expert_epsilon, history_length=config.history_length)
+folder, _ = cached_base(config, demos)
+weights = load_file(str(folder / "model" / "model.safetensors"))
+print(hashlib.sha256(b"".join(weights[k].numpy().tobytes() for k in sorted(weights))).hexdigest())
+"""
+
+
+def test_the_same_seed_builds_a_bit_identical_base(tmp_path):
+    """Two fresh processes (other hash seeds, empty caches) build the same weights: tokenizer,
+    initialisation, demo order and pretraining are all deterministic for a thread count."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    digests = []
+    for run in ("a", "b"):
+        env = {**os.environ, "PAW_GYM_CACHE": str(tmp_path / f"cache-{run}"),
+               "PYTHONHASHSEED": {"a": "1", "b": "2"}[run]}
+        done = subprocess.run([sys.executable, "-c", _BUILD_BASE, str(tmp_path / f"demos-{run}")],
+                              env=env, cwd=Path(__file__).resolve().parents[1],
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        digests.append(done.stdout.split()[-1])
+    assert digests[0] == digests[1]
+
+
+def test_the_base_cache_key_covers_the_demo_text_and_the_thread_count(tmp_path):
+    torch = pytest.importorskip("torch")
+    from training.demo import base_recipe
+    from training.sft import record_expert_demos
+
+    config = DemoConfig(expert_episodes=5)
+    demos = record_expert_demos(config.env_id, 5, tmp_path / "d", max_steps=config.max_steps)
+    other = record_expert_demos(config.env_id, 5, tmp_path / "o", seed=99,
+                                max_steps=config.max_steps)
+    recipe = base_recipe(config, demos)
+    assert recipe == base_recipe(config, demos)
+    assert recipe["demos_sha256"] != base_recipe(config, other)["demos_sha256"]
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(previous + 1)
+        assert base_recipe(config, demos)["torch_threads"] == previous + 1
+    finally:
+        torch.set_num_threads(previous)

@@ -54,14 +54,14 @@ def test_trainer_logs_the_diagnostic_and_it_matches_a_literal_forward_pass(tiny_
                          device="cpu", save_every=0, noise_gradient_metric=True)
     trainer = PaWTrainer(config)
     trajectories = trainer.collect(trainer.policy, [0, 1], 2, 1.0, 0)
-    batch = build_batch(trajectories, trainer.tokenizer, config)
+    batch = build_batch(trajectories, trainer.serializer, config)
     measured = trainer._noise_gradient_shares(batch)
     probabilities, noisy = [], []
     for s in batch.samples:
         if not s.obs_len:
             continue
         logits = trainer.model(torch.tensor([s.input_ids])).logits[0].float()
-        start = s.prompt_len + s.action_len
+        start = len(s.input_ids) - s.obs_len  # the observation ends the row
         for k, token in enumerate(s.input_ids[start:start + s.obs_len]):
             probabilities.append(torch.softmax(logits[start + k - 1], -1)[token].item())
         noisy += noisy_token_mask([trainer.tokenizer.decode([t])

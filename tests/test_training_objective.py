@@ -11,7 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from training.batch import Sample, collate, serialize, token_budget_batches  # noqa: E402
+from training.batch import Sample, collate, token_budget_batches  # noqa: E402
+from training.serialization import serialize  # noqa: E402
 from training.losses import kl_k3, ppo_clip_token_loss, wm_token_loss  # noqa: E402
 from training.objective import (HeadTargetLogprobs, ObjectiveSettings,  # noqa: E402
                                 gather_logprobs, micro_batch_loss, objective_weights)
@@ -33,10 +34,12 @@ def _samples(model, n=9, seed=0, ref=False):
     rng = random.Random(seed)
     samples = []
     for i in range(n):
-        ids, p, a, o = serialize([rng.randrange(1, VOCAB) for _ in range(rng.randint(3, 9))],
-                                 [rng.randrange(1, VOCAB) for _ in range(rng.randint(1, 5))],
-                                 [rng.randrange(1, VOCAB) for _ in range(rng.randint(0, 7))], 64)
-        samples.append(Sample(ids, p, a, o, old_logprobs=[0.0] * a,
+        row = serialize([rng.randrange(1, VOCAB) for _ in range(rng.randint(3, 9))],
+                        [rng.randrange(1, VOCAB) for _ in range(rng.randint(1, 5))],
+                        [rng.randrange(1, VOCAB) for _ in range(rng.randint(0, 7))], 64,
+                        separator=[1, 2][:i % 3])
+        samples.append(Sample(row.ids, row.prompt_len, row.action_len, row.obs_len,
+                              old_logprobs=[0.0] * row.action_len, separator_len=row.separator_len,
                               advantage=rng.uniform(-2, 2), group=i % 3, entropy=rng.random()))
     with torch.no_grad():
         for s in samples:
@@ -52,7 +55,8 @@ def _naive_logprobs(model, s):
     logits = model(input_ids=torch.tensor([s.input_ids])).logits[0].float()
     logp = logits.log_softmax(-1)[:-1].gather(-1, torch.tensor(s.input_ids[1:])[:, None])[:, 0]
     a0, a1 = s.prompt_len - 1, s.prompt_len - 1 + s.action_len
-    return logp[a0:a1], logp[a1:a1 + s.obs_len]
+    o0 = s.obs_start - 1  # the separator tokens between them are never targets
+    return logp[a0:a1], logp[o0:o0 + s.obs_len]
 
 
 def _naive_action_entropy(model, s):
@@ -111,14 +115,33 @@ def test_gather_logprobs_matches_full_logits(model):
     samples = _samples(model)
     batch = collate(samples, list(range(len(samples))), pad_id=0)
     with torch.no_grad():
-        logprobs, entropies = gather_logprobs(model, batch, with_entropy=True, chunk_size=5)
+        logprobs, entropies, _ = gather_logprobs(model, batch, with_entropy=True, chunk_size=5)
     for r, s in enumerate(samples):
         act, obs = _naive_logprobs(model, s)
-        a0, a1 = s.prompt_len, s.prompt_len + s.action_len
+        a0, a1, o0 = s.prompt_len, s.prompt_len + s.action_len, s.obs_start
         assert torch.allclose(logprobs[r, a0:a1], act, atol=1e-5)
-        assert torch.allclose(logprobs[r, a1:a1 + s.obs_len], obs, atol=1e-5)
-        assert (logprobs[r, :a0] == 0).all() and (logprobs[r, a1 + s.obs_len:] == 0).all()
+        assert torch.allclose(logprobs[r, o0:o0 + s.obs_len], obs, atol=1e-5)
+        assert (logprobs[r, :a0] == 0).all() and (logprobs[r, a1:o0] == 0).all()
+        assert (logprobs[r, o0 + s.obs_len:] == 0).all()
         assert (entropies[r, a0:a1] > 0).all() and (entropies[r, a1:] == 0).all()
+
+
+def test_leak_is_the_most_the_policys_turn_gives_the_first_observation_token(model):
+    samples = _samples(model)
+    for i, s in enumerate(samples):
+        s.leak_target = None if i == 0 else (i * 5) % VOCAB
+    batch = collate(samples, list(range(len(samples))), pad_id=0)
+    with torch.no_grad():
+        leak = gather_logprobs(model, batch, with_leak=True, action_temperature=0.5).leak_logprobs
+        assert gather_logprobs(model, batch).leak_logprobs is None
+        for r, s in enumerate(samples):
+            if s.leak_target is None:
+                assert torch.isnan(leak[r])
+                continue
+            # the policy's own turn: before each action token and after the last one
+            logits = model(input_ids=torch.tensor([s.input_ids])).logits[0].float() / 0.5
+            turn = logits[s.prompt_len - 1:s.prompt_len + s.action_len].log_softmax(-1)
+            assert torch.allclose(leak[r], turn[:, s.leak_target].max(), atol=1e-5)
 
 
 @pytest.mark.parametrize("with_bias", [False, True])
@@ -139,8 +162,9 @@ def test_head_target_logprobs_matches_autograd(with_bias, frozen_head):
     upstream[[2, 5, 8]] = 0.0
     inputs = [t for t in (hidden, weight, bias) if t is not None and t.requires_grad]
 
-    logprobs, entropies = HeadTargetLogprobs.apply(hidden, weight, bias, targets, scale,
-                                                   entropy_rows)
+    extra_targets = torch.where(torch.arange(rows) % 2 == 0, (targets + 1) % vocab, -1)
+    logprobs, entropies, extra = HeadTargetLogprobs.apply(hidden, weight, bias, targets, scale,
+                                                          entropy_rows, extra_targets)
     got = torch.autograd.grad((logprobs * upstream).sum(), inputs)
     logits = torch.nn.functional.linear(hidden, weight, bias) / scale[:, None]
     log_softmax = logits.log_softmax(-1)
@@ -148,6 +172,10 @@ def test_head_target_logprobs_matches_autograd(with_bias, frozen_head):
     expected = torch.autograd.grad((expected_logprobs * upstream).sum(), inputs)
 
     assert torch.allclose(logprobs, expected_logprobs.detach(), atol=1e-12)
+    has_extra = extra_targets >= 0
+    assert torch.allclose(extra[has_extra], log_softmax.gather(
+        -1, extra_targets.clamp(min=0)[:, None]).squeeze(-1).detach()[has_extra], atol=1e-12)
+    assert extra[~has_extra].isnan().all() and not extra.requires_grad
     expected_entropy = -(log_softmax.exp() * log_softmax).sum(-1).detach()
     assert torch.allclose(entropies[entropy_rows], expected_entropy[entropy_rows], atol=1e-12)
     assert (entropies[~entropy_rows] == 0).all()
@@ -160,8 +188,8 @@ def test_head_target_logprobs_matches_autograd(with_bias, frozen_head):
     # their entropy outputs (constant 0) receive upstream gradient.
     upstream[6] = 0.0
     entropy_upstream = torch.randn(rows, dtype=torch.float64, generator=gen)
-    logprobs, entropies = HeadTargetLogprobs.apply(hidden, weight, bias, targets, scale,
-                                                   entropy_rows)
+    logprobs, entropies, _ = HeadTargetLogprobs.apply(hidden, weight, bias, targets, scale,
+                                                      entropy_rows, extra_targets)
     got = torch.autograd.grad((logprobs * upstream + entropies * entropy_upstream).sum(), inputs)
     log_softmax = (torch.nn.functional.linear(hidden, weight, bias) / scale[:, None]).log_softmax(-1)
     full_entropy = -(log_softmax.exp() * log_softmax).sum(-1)
@@ -177,7 +205,8 @@ def test_gather_logprobs_entropies_are_the_tempered_action_entropies(model):
     samples = _samples(model, n=4)
     batch = collate(samples, list(range(len(samples))), pad_id=0)
     with torch.no_grad():
-        _, entropies = gather_logprobs(model, batch, with_entropy=True, action_temperature=0.5)
+        entropies = gather_logprobs(model, batch, with_entropy=True,
+                                    action_temperature=0.5).entropies
         for r, s in enumerate(samples):
             logits = model(input_ids=torch.tensor([s.input_ids])).logits[0].float() / 0.5
             logp = logits.log_softmax(-1)[s.prompt_len - 1:s.prompt_len - 1 + s.action_len]
@@ -190,10 +219,10 @@ def test_observation_scoring_can_be_limited_to_some_rows(model):
     samples = [s for s in _samples(model) if s.obs_len > 1][:3]
     batch = collate(samples, list(range(len(samples))), pad_id=0)
     with torch.no_grad():
-        every, _ = gather_logprobs(model, batch)
-        some, _ = gather_logprobs(model, batch, score_obs=torch.tensor([True, False, True]))
+        every = gather_logprobs(model, batch).logprobs
+        some = gather_logprobs(model, batch, score_obs=torch.tensor([True, False, True])).logprobs
     for r, s in enumerate(samples):
-        obs = slice(s.prompt_len + s.action_len, s.prompt_len + s.action_len + s.obs_len)
+        obs = slice(s.obs_start, s.obs_start + s.obs_len)
         assert torch.equal(some[r, :obs.start], every[r, :obs.start])
         assert torch.equal(some[r, obs], every[r, obs] if r != 1 else torch.zeros(s.obs_len))
 
@@ -214,7 +243,8 @@ def test_collate_without_observations_keeps_action_logprobs(model):
 
 def test_observation_tokens_do_not_change_action_logprobs(model):
     s = _samples(model, n=1)[0]
-    other = Sample(list(s.input_ids), s.prompt_len, s.action_len, s.obs_len, s.old_logprobs)
+    other = Sample(list(s.input_ids), s.prompt_len, s.action_len, s.obs_len, s.old_logprobs,
+                   separator_len=s.separator_len)
     for j in range(s.prompt_len + s.action_len, len(other.input_ids)):
         other.input_ids[j] = (other.input_ids[j] + 7) % VOCAB
     with torch.no_grad():
@@ -304,10 +334,14 @@ def test_token_budget_batches_respect_budget_and_cover_all_rows():
 
 
 def test_serialize_truncates_observation_then_prompt():
-    ids, p, a, o = serialize([1, 2, 3, 4], [5, 6], [7, 8, 9], max_len=7)
-    assert (ids, p, a, o) == ([1, 2, 3, 4, 5, 6, 7], 4, 2, 1)
-    ids, p, a, o = serialize([1, 2, 3, 4], [5, 6], [7, 8, 9], max_len=4)
-    assert (ids, p, a, o) == ([3, 4, 5, 6], 2, 2, 0)
+    assert serialize([1, 2, 3, 4], [5, 6], [7, 8, 9], max_len=7) == \
+        ([1, 2, 3, 4, 5, 6, 7], 4, 2, 0, 1)
+    assert serialize([1, 2, 3, 4], [5, 6], [7, 8, 9], max_len=4) == ([3, 4, 5, 6], 2, 2, 0, 0)
+    # the separator stays whole; with no observation token left it goes too
+    assert serialize([1, 2, 3, 4], [5, 6], [7, 8, 9], max_len=9, separator=[0, 0]) == \
+        ([1, 2, 3, 4, 5, 6, 0, 0, 7], 4, 2, 2, 1)
+    assert serialize([1, 2, 3, 4], [5, 6], [7, 8, 9], max_len=8, separator=[0, 0]) == \
+        ([1, 2, 3, 4, 5, 6], 4, 2, 0, 0)
     with pytest.raises(ValueError, match="empty response"):
         serialize([1], [], [2], 8)
 

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 from agents.hf_policy import HFPolicy  # noqa: E402
 from training.pretrain import (PretrainConfig, cached_build,  # noqa: E402
                                next_observation_accuracy, reading_probe, run_pretrain,
-                               transcript_parts, transcript_rows)
+                               transcript_parts)
 from training.sft import record_expert_demos  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -23,17 +23,18 @@ def demos(tmp_path_factory):
                                epsilon=0.5, max_steps=6)
 
 
-def test_rows_are_prompt_action_end_of_turn_and_next_observation(tiny_model_dir, demos):
+def test_rows_are_prompt_action_next_turn_and_next_observation(tiny_model_dir, demos):
     from wrappers import WMReplay
 
     policy = HFPolicy(str(tiny_model_dir), device="cpu")
-    rows = transcript_rows(policy, demos, max_seq_len=4096)
+    rows = transcript_parts(policy, demos, max_seq_len=4096)
     records = [r for r in WMReplay.load(demos) if r["a"]]
     assert len(rows) == len(records)
     first = records[0]
     prompt, _ = policy.encode_prompt(first["h"], max_new_tokens=1)
     encode = lambda text: policy.tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa
-    assert rows[0] == prompt + encode(first["a"]) + [policy.eos_ids[0]] + encode(first["o_next"])
+    assert rows[0].ids == prompt + encode(first["a"]) + \
+        encode("<|im_end|>\n<|im_start|>user\n") + encode(first["o_next"])
 
 
 def test_pretraining_lowers_the_loss_and_saves_a_loadable_model(tiny_model_dir, demos, tmp_path):
@@ -52,21 +53,22 @@ def test_pretraining_lowers_the_loss_and_saves_a_loadable_model(tiny_model_dir, 
 def test_next_observation_accuracy_is_greedy_decoding_of_the_next_observation(
         tiny_model_dir, demos, tmp_path):
     out, _ = run_pretrain(PretrainConfig(model=str(tiny_model_dir), replay=str(demos),
-                                         output_dir=str(tmp_path / "base"), steps=60,
+                                         output_dir=str(tmp_path / "base"), steps=100,
                                          batch_size=4, device="cpu", progress=False))
     scores = {}
     for name, model in (("random", tiny_model_dir), ("pretrained", out)):
         policy = HFPolicy(str(model), device="cpu")
         result = next_observation_accuracy(policy, demos)
-        # Literal reference: greedy generation after h ⊕ a ⊕ <end of turn>, compared token by
-        # token with the real next observation.
+        # Literal reference: greedy generation after h ⊕ a ⊕ the next turn's header, compared
+        # token by token with the real next observation.
         matches = 0
-        parts = [p for p in transcript_parts(policy, demos, 1024) if p[3]]
-        for ids, prompt_len, action_len, obs_len in parts:
-            context = torch.tensor([ids[:prompt_len + action_len]])
-            generated = policy.model.generate(context, max_new_tokens=obs_len, do_sample=False,
-                                              min_new_tokens=obs_len, pad_token_id=0)
-            matches += generated[0, context.shape[1]:].tolist() == ids[prompt_len + action_len:]
+        parts = [row for row in transcript_parts(policy, demos, 1024) if row.obs_len]
+        for row in parts:
+            context = torch.tensor([row.ids[:row.obs_start]])
+            generated = policy.model.generate(context, max_new_tokens=row.obs_len,
+                                              do_sample=False, min_new_tokens=row.obs_len,
+                                              pad_token_id=0)
+            matches += generated[0, context.shape[1]:].tolist() == row.ids[row.obs_start:]
         assert result["transitions"] == len(parts)
         assert result["exact"] == pytest.approx(100.0 * matches / len(parts))
         scores[name] = result

@@ -1,9 +1,10 @@
-"""Serialising transitions as ``h ⊕ a ⊕ o_next`` and packing them into token-budget micro-batches.
+"""Training rows of serialised transitions, packed into token-budget micro-batches.
 
-Each transition becomes one row: the prompt ids ``h`` the policy saw, the response ids ``a`` it
-generated, then the tokens of the next observation ``o`` (the world-model target). Target
+Each transition is one row ``h ⊕ a ⊕ s ⊕ o`` (:mod:`training.serialization`): the prompt ids
+``h`` the policy saw, the response ids ``a`` it generated, the separator ``s`` of the
+``wm_context``, then the tokens of the next observation ``o`` (the world-model target). Target
 position ``j`` holds token ``ids[j]``, predicted from the logits at ``j − 1``; the action mask
-marks the ``a`` positions, the observation mask the ``o`` positions.
+marks the ``a`` positions, the observation mask the ``o`` positions (never ``s``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ class Sample:
     """PPO only: the critic's regression target (GAE return)."""
     old_value: float = 0.0
     """PPO only: the critic's value at rollout time (value clipping)."""
+    separator_len: int = 0
+    """Tokens between ``a`` and ``o_next`` (the ``wm_context`` separator; never a target)."""
+    leak_target: int | None = None
+    """First token of ``o_next`` when the transition has one: the leak metric scores its
+    probability right after the action, inside the policy's own turn."""
     extra: dict = field(default_factory=dict)
     """Free-form bookkeeping (e.g. task type) that the losses ignore."""
 
@@ -46,28 +52,13 @@ class Sample:
         return len(self.input_ids)
 
     def length(self, with_obs: bool = True) -> int:
-        """Tokens of ``h ⊕ a ⊕ o`` (``with_obs``) or of ``h ⊕ a`` only."""
+        """Tokens of ``h ⊕ a ⊕ s ⊕ o`` (``with_obs``) or of ``h ⊕ a`` only."""
         return len(self) if with_obs else self.prompt_len + self.action_len
 
-
-def serialize(prompt_ids: list[int], response_ids: list[int], obs_ids: list[int],
-              max_len: int) -> tuple[list[int], int, int, int]:
-    """Concatenate ``h ⊕ a ⊕ o`` within ``max_len`` tokens.
-
-    The observation is cut first (from its end), then the prompt from its left (keeping at least
-    one token, so the first action token still has a context to be predicted from). The action
-    is never cut: the RL loss needs every generated token.
-
-    Returns ``(ids, prompt_len, action_len, obs_len)``.
-    """
-    if not response_ids:
-        raise ValueError("a transition with an empty response has no action token to train on")
-    room_for_prompt = max(1, max_len - len(response_ids))
-    prompt = prompt_ids[-room_for_prompt:] if len(prompt_ids) > room_for_prompt else prompt_ids
-    if not prompt:
-        raise ValueError("a transition needs at least one prompt token")
-    obs = obs_ids[:max(0, max_len - len(prompt) - len(response_ids))]
-    return list(prompt) + list(response_ids) + list(obs), len(prompt), len(response_ids), len(obs)
+    @property
+    def obs_start(self) -> int:
+        """Index of the first observation token."""
+        return self.prompt_len + self.action_len + self.separator_len
 
 
 def token_budget_batches(lengths: list[int], token_budget: int) -> list[list[int]]:
@@ -110,6 +101,12 @@ class MicroBatch:
     """``[B]`` per-row advantage."""
     rows: list[int]
     """Indices of these rows in the update's sample list."""
+    leak_targets: torch.Tensor | None = None
+    """``[B]`` first o_next token of each row (``Sample.leak_target``; −1 for none), scored
+    right after the row's last action token by the leak metric."""
+    leak_positions: torch.Tensor | None = None
+    """``[B]`` position of each row's last action token (whose next-token distribution the
+    leak metric reads)."""
 
 
 def collate(samples: list[Sample], rows: list[int], pad_id: int,
@@ -134,11 +131,16 @@ def collate(samples: list[Sample], rows: list[int], pad_id: int,
         input_ids[r, :n] = torch.tensor(s.input_ids[:n], dtype=torch.long)
         attention[r, :n] = 1
         action[r, a0:a1] = True
-        obs[r, a1:a1 + (s.obs_len if with_obs else 0)] = True
+        if with_obs:
+            obs[r, s.obs_start:s.obs_start + s.obs_len] = True
         old[r, a0:a1] = torch.tensor(s.old_logprobs, dtype=torch.float32)
         if ref is not None:
             ref[r, a0:a1] = torch.tensor(s.ref_logprobs, dtype=torch.float32)
     advantages = torch.tensor([s.advantage for s in chosen], dtype=torch.float32)
+    leak_targets = torch.tensor([-1 if s.leak_target is None else s.leak_target
+                                 for s in chosen], dtype=torch.long)
+    leak_positions = torch.tensor([s.prompt_len + s.action_len - 1 for s in chosen],
+                                  dtype=torch.long)
     to = lambda t: None if t is None else t.to(device)  # noqa: E731
     return MicroBatch(to(input_ids), to(attention), to(action), to(obs), to(old), to(ref),
-                      to(advantages), list(rows))
+                      to(advantages), list(rows), to(leak_targets), to(leak_positions))

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from training.serialization import WMContext
+
 Algo = Literal["grpo", "gigpo", "rloo", "ppo"]
 ALGOS: tuple[str, ...] = typing.get_args(Algo)
 
@@ -97,6 +99,11 @@ class TrainConfig:
     """World-model co-training on (False: the vanilla RL baseline)."""
     wm_loss: Literal["cmae", "mae", "ce"] = "cmae"
     """WM token loss: cmae, mae or ce."""
+    wm_context: WMContext = "next_turn"
+    """Where o_{t+1} sits after the action (``training.serialization``): ``next_turn`` (the
+    environment's next chat message: end-of-turn, the template's user header, then o_{t+1}),
+    ``end_of_turn`` (one end-of-turn token before it) or ``none`` (right after the action, in
+    the policy's own turn: the ablation that taught the policy to write environment text)."""
     alpha: float = 0.75
     """Fraction of transitions (by action entropy) that get the WM loss."""
     entropy_score: Literal["full", "sampled"] = "full"
@@ -108,9 +115,14 @@ class TrainConfig:
     """CMAE confidence threshold."""
     adaptive_coef: bool = True
     """Reward-adaptive λ_g (False: λ_g ≡ 1)."""
+    lambda_return: Literal["task", "total"] = "task"
+    """The return whose group mean R̄_g sets λ_g = max(0, 1 − R̄_g / r_max): ``task`` (the env's
+    own reward, without invalid-action penalties: R̄_g ∈ [0, r_max], so λ_g ∈ [0, 1], as Eq. 10
+    means it) or ``total`` (with the penalties, which push λ_g above 1 in groups without a win;
+    the behaviour before issue 25)."""
     lambda_clamp: bool = False
-    """Cap λ_g = max(0, 1 − R̄_g / r_max) at 1. The paper's Eq. 10 has no cap, so a group whose
-    invalid-action penalties make R̄_g < 0 gets λ_g > 1 (False, the default)."""
+    """Cap λ_g at 1 (matters only with ``lambda_return: total``, where penalties can make
+    R̄_g < 0)."""
     norm_adv_by_std: bool = True
     """GRPO / GiGPO: divide group-centred returns by the group std (the paper's setting). False is
     "Dr. GRPO" (mean-centring only): with std normalisation, a group without a win whose returns
@@ -121,6 +133,15 @@ class TrainConfig:
     fixed outputs."""
     gamma: float = 0.95
     """GiGPO step-level discount."""
+    gigpo_penalty: Literal["episode", "step"] = "episode"
+    """GiGPO: where invalid-action penalties count. ``episode``: in the rewards, so in the
+    episode return every step shares and in the discounted step returns. ``step`` (verl-agent's
+    ``apply_invalid_action_penalty``): a step's episode score is the task return plus only its
+    own penalty, and its step return G_t (of the env's rewards) gets only its own penalty."""
+    gigpo_episode_norm: Literal["trajectory", "step"] = "trajectory"
+    """GiGPO: the group statistics of the episode advantage over the group's trajectories (each
+    counted once; GiGPO's Eq. 3) or over its steps (verl-agent's default
+    ``compute_mean_std_cross_steps``: a trajectory counts once per step it took)."""
     omega: float = 1.0
     """GiGPO step-advantage weight."""
     gigpo_similarity: float = 1.0

@@ -15,6 +15,7 @@ Everything runs offline on CPU. ``run_demo`` writes to ``output_dir``:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import time
@@ -22,9 +23,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from training.serialization import WMContext
+
 
 #: Bump when the base-model recipe changes meaning, so cached bases are rebuilt.
-BASE_RECIPE_VERSION = 1
+BASE_RECIPE_VERSION = 2
 
 
 @dataclass
@@ -66,6 +69,13 @@ class DemoConfig:
     """RL estimator."""
     paw: bool = True
     """World-model co-training."""
+    wm_context: WMContext = "next_turn"
+    """Where o_next follows the action, in the pretraining transcripts and the PaW term alike
+    (``training.serialization``): next_turn, end_of_turn or none."""
+    pretrain_wm_context: WMContext | None = None
+    """The pretraining transcripts' serialisation, where it should differ from ``wm_context``
+    (None: the same). ``end_of_turn`` with ``wm_context: none`` rebuilds the pipeline before
+    issue 25, whose PaW term taught small policies to write environment text."""
     rl_steps: int = 20
     """RL updates."""
     n_groups: int = 8
@@ -113,14 +123,10 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     """Run the whole pipeline; returns the before/after overall rows and timings."""
     import torch
 
-    from agents.hf_policy import HFPolicy
-    from agents.tiny_model import build_tiny_model
     from training.config import TrainConfig
     from training.evaluate import evaluate, load_policy, plan_evaluation, write_tables
-    from training.pretrain import PretrainConfig, cached_build, reading_probe, run_pretrain
     from training.sft import SFTConfig, record_expert_demos, run_sft
     from training.trainer import PaWTrainer
-    from wrappers import TEMPLATES, WMReplay
 
     if config.train_pool < 1 or config.pool_eval_repeats < 1:
         raise ValueError(f"train_pool ({config.train_pool}) and pool_eval_repeats "
@@ -149,37 +155,9 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     record_expert_demos(config.env_id, config.expert_episodes, demos, seed=config.seed,
                         max_steps=config.max_steps, split=config.train_split,
                         epsilon=config.expert_epsilon, **prompt)
-    replay = WMReplay.load(demos)
     lap("expert demos")
 
-    held_out = list(range(10_000, 10_000 + config.eval_episodes))
-    probe_tasks = dict(seeds=held_out, split=config.eval_split, **prompt)
-
-    def build_base(folder: Path) -> None:
-        texts = [text for pair in TEMPLATES.values() for text in pair]
-        texts += [r[k] for r in replay for k in ("h", "a", "o_next")]
-        tiny = build_tiny_model(texts, folder / "init", size=config.size, seed=config.seed)
-        probe = {"before_pretraining": reading_probe(HFPolicy(str(tiny), device="cpu"),
-                                                     config.env_id, **probe_tasks)}
-        model = tiny
-        if config.pretrain_steps:
-            model, losses = run_pretrain(PretrainConfig(
-                model=str(tiny), replay=str(demos), output_dir=str(folder / "model"),
-                steps=config.pretrain_steps, lr=config.pretrain_lr, seed=config.seed,
-                device="cpu"))
-            probe["after_pretraining"] = reading_probe(HFPolicy(str(model), device="cpu"),
-                                                       config.env_id, **probe_tasks)
-            probe["pretraining_loss"] = losses
-            shutil.rmtree(tiny)
-        else:
-            model.rename(folder / "model")
-        (folder / "probe.json").write_text(json.dumps(probe, indent=2), encoding="utf-8")
-
-    recipe = {"version": BASE_RECIPE_VERSION, **{k: getattr(config, k) for k in (
-        "env_id", "train_split", "eval_split", "eval_episodes", "expert_episodes",
-        "expert_epsilon", "max_steps", "history_length", "size", "seed", "pretrain_steps",
-        "pretrain_lr")}}
-    cached, built_now = cached_build(recipe, build_base)
+    cached, built_now = cached_base(config, demos)
     base = out / "base-model"
     shutil.rmtree(base, ignore_errors=True)
     shutil.copytree(cached / "model", base)
@@ -226,7 +204,8 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     train_config = TrainConfig(
         model=str(sft_dir), env_id=config.env_id, env_kwargs={"split": config.train_split},
         history_length=config.history_length, max_episode_steps=config.max_steps,
-        algo=config.algo, paw=config.paw, lora=False, n_groups=config.n_groups,
+        algo=config.algo, paw=config.paw, wm_context=config.wm_context, lora=False,
+        n_groups=config.n_groups,
         group_size=config.group_size, max_new_tokens=config.max_new_tokens,
         train_task_seeds=config.train_pool,
         total_steps=config.rl_steps, lr=config.rl_lr, mini_batch_size=config.rl_mini_batch_size,
@@ -257,6 +236,73 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     tables = [("held-out", before, after), ("training-pool", before_train, after_train)]
     (out / "results.md").write_text(results_markdown(tables, config, timings), encoding="utf-8")
     return summary
+
+
+def pretraining_context(config: DemoConfig) -> str:
+    """The serialisation of the base's pretraining transcripts."""
+    return config.pretrain_wm_context or config.wm_context
+
+
+def base_recipe(config: DemoConfig, demos: Path) -> dict[str, Any]:
+    """Everything the base model's weights depend on, the cache key of
+    :func:`cached_base`: the settings, a digest of the demo transcripts (so a change to the
+    env's text, the prompts or the expert rebuilds it), the torch thread count (float sums
+    differ between thread counts) and the versions of the libraries that initialise, tokenise
+    and train."""
+    import tokenizers
+    import torch
+    import transformers
+
+    from wrappers import WMReplay
+
+    digest = hashlib.sha256()
+    for record in WMReplay.load(demos):
+        for key in ("h", "a", "o_next"):
+            digest.update(str(record.get(key) or "").encode("utf-8") + b"\x1f")
+    return {"version": BASE_RECIPE_VERSION, **{k: getattr(config, k) for k in (
+        "env_id", "train_split", "eval_split", "eval_episodes", "expert_episodes",
+        "expert_epsilon", "max_steps", "history_length", "size", "seed", "pretrain_steps",
+        "pretrain_lr")}, "pretrain_wm_context": pretraining_context(config),
+        "demos_sha256": digest.hexdigest(),
+        "torch_threads": torch.get_num_threads(),
+        "libraries": {"torch": torch.__version__, "transformers": transformers.__version__,
+                      "tokenizers": tokenizers.__version__}}
+
+
+def cached_base(config: DemoConfig, demos: Path) -> tuple[Path, bool]:
+    """The pretrained base of ``config`` built from the demo replay ``demos`` (tokenizer
+    trained on its text, seeded initialisation, next-token pretraining, reading probe), from
+    the cache when the :func:`base_recipe` is there. Returns ``(folder, built_now)``; the
+    folder holds ``model/`` and ``probe.json``."""
+    from agents.hf_policy import HFPolicy
+    from agents.tiny_model import build_tiny_model
+    from training.pretrain import PretrainConfig, cached_build, reading_probe, run_pretrain
+    from wrappers import TEMPLATES, WMReplay
+
+    probe_tasks = dict(seeds=list(range(10_000, 10_000 + config.eval_episodes)),
+                       split=config.eval_split, history_length=config.history_length)
+
+    def build(folder: Path) -> None:
+        texts = [text for pair in TEMPLATES.values() for text in pair]
+        texts += [r[k] for r in WMReplay.load(demos) for k in ("h", "a", "o_next")]
+        tiny = build_tiny_model(texts, folder / "init", size=config.size, seed=config.seed)
+        probe = {"before_pretraining": reading_probe(HFPolicy(str(tiny), device="cpu"),
+                                                     config.env_id, **probe_tasks)}
+        model = tiny
+        if config.pretrain_steps:
+            model, losses = run_pretrain(PretrainConfig(
+                model=str(tiny), replay=str(demos), output_dir=str(folder / "model"),
+                steps=config.pretrain_steps, lr=config.pretrain_lr, seed=config.seed,
+                wm_context=pretraining_context(config), device="cpu"))
+            probe["after_pretraining"] = reading_probe(HFPolicy(str(model), device="cpu"),
+                                                       config.env_id, **probe_tasks)
+            probe["pretraining_loss"] = losses
+            shutil.rmtree(tiny)
+        else:
+            model.rename(folder / "model")
+        (folder / "probe.json").write_text(json.dumps(probe, indent=2), encoding="utf-8")
+
+    return cached_build(base_recipe(config, demos), build)
 
 
 def results_markdown(tables, config: DemoConfig, timings: dict[str, float]) -> str:

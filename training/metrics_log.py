@@ -10,7 +10,8 @@ from typing import Any
 #: not constant. Validation metrics share their training metric's panel where it has one.
 CURVES = ("reward", "val_return", "success", "val_success", "val_score", "invalid_frac",
           "val_invalid_frac", "episode_length", "val_episode_length", "policy_loss", "clip_frac",
-          "kl", "action_entropy", "lambda_mean", "wm_loss", "wm_clipped_frac", "tokens_per_s")
+          "kl", "action_entropy", "lambda_mean", "wm_leak", "wm_loss", "wm_clipped_frac",
+          "tokens_per_s")
 
 
 class MetricsLogger:

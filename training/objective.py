@@ -19,6 +19,7 @@ recomputes them in backward only for positions whose gradient is non-zero.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -74,11 +75,13 @@ class HeadTargetLogprobs(torch.autograd.Function):
 
     Also returns the entropy H of the tempered distribution at rows flagged in ``entropy_rows``
     (0 elsewhere), from the same logits; it is differentiable (dH/dz = −p (log p + H)), for an
-    entropy bonus, and costs nothing in backward when no gradient reaches it.
+    entropy bonus, and costs nothing in backward when no gradient reaches it. And, without
+    gradient, the log-prob of a second target per row (``extra_targets``; NaN where it is −1),
+    which the leak metric reads.
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, scale, entropy_rows):
+    def forward(ctx, hidden, weight, bias, targets, scale, entropy_rows, extra_targets):
         logits = _scaled_logits(hidden, weight, bias, scale)
         lse = logits.logsumexp(-1)
         logprobs = logits.gather(-1, targets[:, None]).squeeze(-1) - lse
@@ -87,12 +90,18 @@ class HeadTargetLogprobs(torch.autograd.Function):
             part, part_lse = logits[entropy_rows], lse[entropy_rows]
             probs = (part - part_lse[:, None]).exp_()
             entropies[entropy_rows] = part_lse - (probs * part).sum(-1)
+        extra = torch.full_like(lse, float("nan"))
+        has_extra = extra_targets >= 0
+        if has_extra.any():
+            extra[has_extra] = logits[has_extra].gather(
+                -1, extra_targets[has_extra, None]).squeeze(-1) - lse[has_extra]
+        ctx.mark_non_differentiable(extra)
         ctx.save_for_backward(hidden, weight, bias, targets, scale, lse, entropies, entropy_rows)
         ctx.set_materialize_grads(False)  # an unused entropy output sends None, not zeros
-        return logprobs, entropies
+        return logprobs, entropies, extra
 
     @staticmethod
-    def backward(ctx, grad, grad_entropies):
+    def backward(ctx, grad, grad_entropies, _grad_extra):
         hidden, weight, bias, targets, scale, lse, entropies, entropy_rows = ctx.saved_tensors
         need_hidden, need_weight, need_bias = ctx.needs_input_grad[:3]
         if grad is None:
@@ -126,7 +135,7 @@ class HeadTargetLogprobs(torch.autograd.Function):
             grad_weight = (grad_logits.t() @ hidden[rows]).to(weight.dtype)
         if need_bias and bias is not None:
             grad_bias = grad_logits.sum(0).to(bias.dtype)
-        return grad_hidden, grad_weight, grad_bias, None, None, None
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None
 
 
 def _scaled_logits(hidden, weight, bias, scale):
@@ -139,16 +148,31 @@ def _scaled_logits(hidden, weight, bias, scale):
     return logits
 
 
+class TokenScores(NamedTuple):
+    """What :func:`gather_logprobs` returns."""
+
+    logprobs: torch.Tensor
+    """``[B, L]`` target-token log-probs, zero at unscored positions."""
+    entropies: torch.Tensor | None
+    """``[B, L]`` tempered entropies at action positions (differentiable), or None."""
+    leak_logprobs: torch.Tensor | None
+    """``[B]`` the leak of each row (no gradient): the largest log-prob, tempered like the
+    actions, that the policy gives the row's first o_next token at any position of its own turn
+    (before each action token and after the last); NaN for rows without one. None unless asked
+    for."""
+
+
 def gather_logprobs(model, batch: MicroBatch, *, score_obs: bool | torch.Tensor = True,
                     action_temperature: float = 1.0, with_entropy: bool = False,
-                    chunk_size: int = 512) -> tuple[torch.Tensor, torch.Tensor | None]:
+                    with_leak: bool = False, chunk_size: int = 512) -> TokenScores:
     """Target-token log-probs at the action (and observation) positions of ``batch``, whose
     rows must be right-padded (as :func:`training.batch.collate` makes them).
 
     ``score_obs`` is a bool for all rows or a ``[B]`` bool tensor of the rows whose observation
-    tokens are scored. Returns ``(logprobs, entropies)``, both ``[B, L]`` and zero at unscored
-    positions; ``entropies`` (differentiable; action positions only, tempered like the action
-    logits) is None unless ``with_entropy``.
+    tokens are scored. ``entropies`` (action positions only, tempered like the action logits)
+    are computed with ``with_entropy``, the leak log-probs (from the logits of the action
+    positions, and one extra head row per transition for the position after the action) with
+    ``with_leak``.
     """
     decoder, head = split_causal_lm(model)
     # Rows are right-padded, so under the causal mask a real token never attends to padding:
@@ -166,14 +190,18 @@ def gather_logprobs(model, batch: MicroBatch, *, score_obs: bool | torch.Tensor 
     is_action = batch.action_mask[rows, cols]
     scale = torch.where(is_action, temperature, 1.0).to(torch.float32)
     want_entropy = is_action & with_entropy
-    pieces, entropy_pieces = [], []
+    no_target = torch.full_like(targets, -1)
+    extra_targets = no_target if not with_leak or batch.leak_targets is None else \
+        torch.where(is_action, batch.leak_targets[rows], no_target)
+    pieces, entropy_pieces, extra_pieces = [], [], []
     for start in range(0, len(rows), chunk_size):
         part = slice(start, start + chunk_size)
-        logprobs, entropies = HeadTargetLogprobs.apply(states[part], head.weight, head.bias,
-                                                       targets[part], scale[part],
-                                                       want_entropy[part])
+        logprobs, entropies, extra = HeadTargetLogprobs.apply(
+            states[part], head.weight, head.bias, targets[part], scale[part],
+            want_entropy[part], extra_targets[part])
         pieces.append(logprobs)
         entropy_pieces.append(entropies)
+        extra_pieces.append(extra)
     dtype = torch.promote_types(states.dtype, torch.float32)  # float64 models stay float64
     values = torch.cat(pieces) if pieces else states.new_zeros(0, dtype=dtype)
     logprobs = torch.zeros(score.shape, dtype=dtype, device=values.device)
@@ -183,7 +211,33 @@ def gather_logprobs(model, batch: MicroBatch, *, score_obs: bool | torch.Tensor 
         entropies = torch.zeros(score.shape, dtype=dtype, device=values.device)
         if entropy_pieces:
             entropies[rows, cols] = torch.cat(entropy_pieces)
-    return logprobs, entropies
+    leak = None
+    if with_leak:
+        inside = torch.cat(extra_pieces) if extra_pieces else values.new_zeros(0)
+        leak = _leak_logprobs(hidden, head, batch, temperature, dtype, rows, inside)
+    return TokenScores(logprobs, entropies, leak)
+
+
+@torch.no_grad()
+def _leak_logprobs(hidden, head, batch: MicroBatch, temperature: float, dtype,
+                   position_rows: torch.Tensor, inside: torch.Tensor) -> torch.Tensor:
+    """Per row: the max of log p(o_1 | h, a_<j) over the action positions (``inside``, one per
+    scored position of ``position_rows``; NaN off the action positions) and the position after
+    the last action token; NaN for rows without a leak target."""
+    leak = torch.full(hidden.shape[:1], float("nan"), dtype=dtype, device=hidden.device)
+    if batch.leak_targets is None:
+        return leak
+    rows = (batch.leak_targets >= 0).nonzero().squeeze(-1)
+    if not len(rows):
+        return leak
+    states = hidden[rows, batch.leak_positions[rows]].detach()
+    scale = torch.full((len(rows),), temperature, dtype=torch.float32, device=hidden.device)
+    logits = _scaled_logits(states, head.weight.detach(),
+                            None if head.bias is None else head.bias.detach(), scale)
+    leak[rows] = logits.log_softmax(-1).gather(-1, batch.leak_targets[rows, None]).squeeze(-1) \
+        .to(dtype)
+    scored = ~inside.isnan()
+    return leak.scatter_reduce(0, position_rows[scored], inside[scored].to(dtype), "amax")
 
 
 class PolicyScorer(torch.nn.Module):
@@ -193,14 +247,14 @@ class PolicyScorer(torch.nn.Module):
 
     Example:
         >>> scorer = PolicyScorer(model)                                    # doctest: +SKIP
-        >>> logprobs, entropies = scorer(batch, score_obs=True, with_entropy=True)  # doctest: +SKIP
+        >>> scores = scorer(batch, score_obs=True, with_entropy=True)      # doctest: +SKIP
     """
 
     def __init__(self, model: torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, batch: MicroBatch, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, batch: MicroBatch, **kwargs) -> TokenScores:
         return gather_logprobs(self.model, batch, **kwargs)
 
 
@@ -253,9 +307,9 @@ def micro_batch_loss(model, batch: MicroBatch, w_rl: torch.Tensor, w_wm: torch.T
     wm_rows = w_wm > 0
     wrapped = isinstance(model, (PolicyScorer, torch.nn.parallel.DistributedDataParallel))
     scorer = model if wrapped else PolicyScorer(model)
-    logprobs, entropies = scorer(
-        batch, score_obs=wm_rows,
-        action_temperature=settings.action_temperature, with_entropy=True, chunk_size=chunk_size)
+    logprobs, entropies, leak = scorer(
+        batch, score_obs=wm_rows, action_temperature=settings.action_temperature,
+        with_entropy=True, with_leak=True, chunk_size=chunk_size)
     action = batch.action_mask
     token_loss, clipped = ppo_clip_token_loss(logprobs, batch.old_logprobs,
                                               batch.advantages[:, None], settings.clip_eps,
@@ -280,6 +334,9 @@ def micro_batch_loss(model, batch: MicroBatch, w_rl: torch.Tensor, w_wm: torch.T
         "kl_sum": float((kl.detach() * action).sum()),
         "entropy_sum": float((entropies.detach() * action).sum()),
         "rl_loss": float((w_rl * per_row_rl).sum().detach()),
+        # probability that the policy's turn goes on with the environment's text (wm_leak)
+        "leak_prob_sum": float(leak[~leak.isnan()].exp().sum()),
+        "leak_rows": float((~leak.isnan()).sum()),
         "wm_rows": 0.0, "wm_loss_sum": 0.0, "wm_term": 0.0,
         "obs_tokens": 0.0, "obs_clipped_tokens": 0.0,
     }

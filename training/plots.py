@@ -54,6 +54,7 @@ METRICS: dict[str, tuple[str, str, float]] = {
     "lr": ("learning rate", "learning rate", 1.0),
     "value_loss": ("critic loss", "loss", 1.0),
     "lambda_mean": ("world-model weight λ_g (mean)", "λ_g", 1.0),
+    "wm_leak": ("leak: p(o_{t+1}'s first token | h ⊕ a), in the policy's turn", "%", 100.0),
     "wm_loss": ("world-model loss", "loss / transition", 1.0),
     "wm_term": ("world-model term of the objective", "loss", 1.0),
     "wm_clipped_frac": ("observation tokens with p > ρ", "% of tokens", 100.0),

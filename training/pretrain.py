@@ -2,8 +2,9 @@
 
 A hub model arrives having read the web; the tiny model built here has read nothing, and after
 format-only SFT its actions barely depend on the prompt. Pretraining gives it what a hub model
-would have: next-token prediction on *every* token of recorded transitions ``h ⊕ a ⊕ o_next``
-(the PaW serialisation, end-of-turn token after the action), from a ``WMReplay``:
+would have: next-token prediction on *every* token of recorded transitions ``h ⊕ a ⊕ s ⊕ o_next``
+(the PaW term's serialisation, :mod:`training.serialization`; ``s``, by default, ends the
+policy's turn and opens the environment's), from a ``WMReplay``:
 
     L = − (1 / N) Σ_rows Σ_t log p(x_t | x_<t)        (N: all non-padding target tokens)
 
@@ -32,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from training.serialization import Serialized, WMContext
+
 
 @dataclass
 class PretrainConfig:
@@ -51,6 +54,10 @@ class PretrainConfig:
     """AdamW learning rate (a tiny random model needs a large one)."""
     max_seq_len: int = 1024
     """Longest transcript row; the observation is cut first, then the prompt from the left."""
+    wm_context: WMContext = "next_turn"
+    """Where o_next follows the action in the transcripts (``training.serialization``; the
+    same as the PaW term's ``wm_context``, so the base learns the world in the form PaW
+    trains)."""
     seed: int = 0
     """Shuffling seed."""
     device: str | None = None
@@ -59,70 +66,61 @@ class PretrainConfig:
     """Show a progress bar."""
 
 
-def transcript_parts(policy, replay_dir: str | Path, max_seq_len: int,
-                     end_of_turn: bool = True) -> list[tuple[list[int], int, int, int]]:
-    """``serialize``d chat(h) ⊕ a ⊕ <end of turn> ⊕ o_next of every record with an action:
-    ``(ids, prompt_len, action_len, obs_len)``. ``end_of_turn=False`` leaves the end-of-turn
-    token out, as the trainer's PaW term does (o_next right after the sampled response, which
-    ends at the ``</action>`` stop string)."""
-    from training.batch import serialize
+def transcript_parts(policy, transitions, max_seq_len: int,
+                     wm_context: str = "next_turn") -> list[Serialized]:
+    """Every transition with an action serialised as chat(h) ⊕ a ⊕ s ⊕ o_next in
+    ``wm_context`` (:class:`training.serialization.TransitionSerializer`, the PaW term's
+    serialisation). ``transitions``: a WMReplay directory, or records with ``h``, ``a`` and
+    ``o_next``."""
+    from training.serialization import TransitionSerializer
     from wrappers import WMReplay
 
-    eos = policy.eos_ids[0]
-    rows = []
-    for record in WMReplay.load(replay_dir):
-        action = str(record.get("a") or "")
-        if not action:
-            continue
-        prompt_ids, _ = policy.encode_prompt(str(record["h"]), max_new_tokens=1)
-        action_ids = policy.tokenizer(action, add_special_tokens=False)["input_ids"] + \
-            ([eos] if end_of_turn else [])
-        obs_ids = policy.tokenizer(str(record.get("o_next") or ""),
-                                   add_special_tokens=False)["input_ids"]
-        rows.append(serialize(prompt_ids, action_ids, obs_ids, max_seq_len))
+    serializer = TransitionSerializer.for_policy(policy, wm_context)
+    records = WMReplay.load(transitions) if isinstance(transitions, (str, Path)) else transitions
+    rows = [serializer.encode(policy, str(record["h"]), str(record["a"]),
+                              str(record.get("o_next") or ""), max_seq_len)
+            for record in records if record.get("a")]
     if not rows:
-        raise ValueError(f"replay {str(replay_dir)!r} has no transition with an action")
+        raise ValueError(f"{_describe(transitions)} has no transition with an action")
     return rows
 
 
-def transcript_rows(policy, replay_dir: str | Path, max_seq_len: int) -> list[list[int]]:
-    """Token ids of chat(h) ⊕ a ⊕ <end of turn> ⊕ o_next for every record with an action."""
-    return [ids for ids, *_ in transcript_parts(policy, replay_dir, max_seq_len)]
+def _describe(transitions) -> str:
+    return f"replay {str(transitions)!r}" if isinstance(transitions, (str, Path)) else \
+        "the transition list"
 
 
-def next_observation_accuracy(policy, replay_dir: str | Path, max_seq_len: int = 1024,
-                              end_of_turn: bool = True) -> dict[str, float]:
-    """The policy read as a world model, on a replay's transitions.
+def next_observation_accuracy(policy, transitions, max_seq_len: int = 1024,
+                              wm_context: str = "next_turn") -> dict[str, float]:
+    """The policy read as a world model, on transitions (a WMReplay directory or records).
 
-    ``exact``: % of transitions whose next observation greedy decoding after
-    chat(h) ⊕ a ⊕ <end of turn> reproduces token for token (equivalently: every o_next token
-    is the argmax given the true prefix); ``token``: % of o_next tokens that are the argmax.
-    ``end_of_turn=True`` is the pretraining transcripts' serialisation; ``False`` is the PaW
-    term's (o_next right after the action). Transitions with an empty next observation are
-    skipped (nothing to predict).
+    ``exact``: % of transitions whose next observation greedy decoding after chat(h) ⊕ a ⊕ s
+    reproduces token for token (equivalently: every o_next token is the argmax given the true
+    prefix); ``token``: % of o_next tokens that are the argmax. ``wm_context`` picks the
+    separator s (the same serialisation as the PaW term's). Transitions with an empty next
+    observation are skipped (nothing to predict).
     """
     import torch
 
     model = policy.model
     device = next(model.parameters()).device
-    exact = tokens = total = transitions = 0
+    exact = tokens = total = transitions_scored = 0
     with torch.no_grad():
-        for ids, prompt_len, action_len, obs_len in transcript_parts(policy, replay_dir,
-                                                                     max_seq_len, end_of_turn):
-            if not obs_len:
+        for row in transcript_parts(policy, transitions, max_seq_len, wm_context):
+            if not row.obs_len:
                 continue
-            logits = model(torch.tensor([ids], device=device)).logits[0]
-            start = prompt_len + action_len
-            predicted = logits[start - 1:start - 1 + obs_len].argmax(-1)
-            hits = predicted == torch.tensor(ids[start:], device=device)
+            logits = model(torch.tensor([row.ids], device=device)).logits[0]
+            start = row.obs_start
+            predicted = logits[start - 1:start - 1 + row.obs_len].argmax(-1)
+            hits = predicted == torch.tensor(row.ids[start:], device=device)
             exact += int(hits.all())
             tokens += int(hits.sum())
-            total += obs_len
-            transitions += 1
-    if not transitions:
-        raise ValueError(f"replay {str(replay_dir)!r} has no transition with a next observation")
-    return {"exact": 100.0 * exact / transitions, "token": 100.0 * tokens / total,
-            "transitions": transitions}
+            total += row.obs_len
+            transitions_scored += 1
+    if not transitions_scored:
+        raise ValueError(f"{_describe(transitions)} has no transition with a next observation")
+    return {"exact": 100.0 * exact / transitions_scored, "token": 100.0 * tokens / total,
+            "transitions": transitions_scored}
 
 
 def run_pretrain(config: PretrainConfig) -> tuple[Path, list[dict[str, Any]]]:
@@ -139,7 +137,8 @@ def run_pretrain(config: PretrainConfig) -> tuple[Path, list[dict[str, Any]]]:
     torch.manual_seed(config.seed)
     policy = HFPolicy(config.model, device=config.device, dtype="auto", seed=config.seed)
     model = policy.model.eval()  # no dropout (the tiny models have none)
-    rows = transcript_rows(policy, config.replay, config.max_seq_len)
+    rows = [row.ids for row in transcript_parts(policy, config.replay, config.max_seq_len,
+                                                 config.wm_context)]
     device = next(model.parameters()).device
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
     rng = random.Random(config.seed)

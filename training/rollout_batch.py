@@ -1,5 +1,5 @@
 """From rollout trajectories to training samples: advantages, entropy selection, λ_g, and the
-``h ⊕ a ⊕ o_next`` serialisation of each transition."""
+``h ⊕ a ⊕ s ⊕ o_next`` serialisation of each transition (:mod:`training.serialization`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import torch
 
 from agents.types import Trajectory
 from training import advantages as adv
-from training.batch import Sample, serialize
+from training.batch import Sample
 from training.config import TrainConfig
 from training.losses import adaptive_wm_coef, sampled_token_entropy, select_by_entropy
+from training.serialization import TransitionSerializer
 
 #: Anchor key of the first step when the trajectory does not carry its reset observation
 #: (every trajectory of a group starts from the same reset state anyway).
@@ -62,10 +63,17 @@ def step_advantages(trajectories: list[Trajectory], config: TrainConfig,
                    if config.algo == "grpo" else adv.rloo(returns, groups))
         return [[float(episode[i])] * len(t) for i, t in enumerate(trajectories)]
     if config.algo == "gigpo":
-        rewards = [torch.tensor([s.reward for s in t.transitions]) for t in trajectories]
+        per_step = config.gigpo_penalty == "step"
+        if per_step:  # verl-agent: penalty-free returns, each step charged its own penalty
+            returns = torch.tensor([t.task_return for t in trajectories], dtype=torch.float32)
+        rewards = [torch.tensor([s.task_reward if per_step else s.reward for s in t.transitions])
+                   for t in trajectories]
+        penalties = [torch.tensor([s.format_penalty for s in t.transitions])
+                     for t in trajectories] if per_step else None
         steps = adv.gigpo(returns, groups, rewards, [anchor_keys(t) for t in trajectories],
                           gamma=config.gamma, omega=config.omega,
-                          normalize=config.norm_adv_by_std, similarity=config.gigpo_similarity)
+                          normalize=config.norm_adv_by_std, similarity=config.gigpo_similarity,
+                          step_penalties=penalties, episode_norm=config.gigpo_episode_norm)
         return [s.tolist() for s in steps]
     if values is None:
         raise ValueError("algo='ppo' needs critic values for every step")
@@ -83,9 +91,23 @@ def value_targets(trajectories: list[Trajectory], values: list[list[float]],
             for t, v in zip(trajectories, values)]
 
 
-def build_batch(trajectories: list[Trajectory], tokenizer, config: TrainConfig,
-                values: list[list[float]] | None = None) -> RolloutBatch:
-    """Serialise every transition with a non-empty response into a :class:`Sample`."""
+def group_lambdas(trajectories: list[Trajectory], config: TrainConfig) -> dict[int, float]:
+    """λ_g of each rollout group: max(0, 1 − R̄_g / r_max) over the group's mean task return
+    (``lambda_return: task``) or total return with penalties (``total``); 1 without
+    ``adaptive_coef``."""
+    group_returns: dict[int, list[float]] = {}
+    for t in trajectories:
+        value = t.task_return if config.lambda_return == "task" else t.total_reward
+        group_returns.setdefault(t.group_index, []).append(value)
+    return {g: (adaptive_wm_coef(sum(r) / len(r), config.r_max, config.lambda_clamp)
+                if config.adaptive_coef else 1.0) for g, r in group_returns.items()}
+
+
+def build_batch(trajectories: list[Trajectory], serializer: TransitionSerializer,
+                config: TrainConfig, values: list[list[float]] | None = None) -> RolloutBatch:
+    """Serialise every transition with a non-empty response into a :class:`Sample`, in
+    ``serializer``'s ``wm_context``."""
+    tokenizer = serializer.tokenizer
     per_step = step_advantages(trajectories, config, values)
     targets = value_targets(trajectories, values, config) if values is not None else None
     flat = [(ti, si) for ti, t in enumerate(trajectories) for si, s in enumerate(t.transitions)
@@ -97,26 +119,26 @@ def build_batch(trajectories: list[Trajectory], tokenizer, config: TrainConfig,
                                for ti, si in flat], dtype=torch.bool)
     selected = (select_by_entropy(entropies, config.alpha, eligible=has_target)
                 if config.paw and flat else torch.zeros(len(flat), dtype=torch.bool))
-    group_returns: dict[int, list[float]] = {}
-    for t in trajectories:
-        group_returns.setdefault(t.group_index, []).append(t.total_reward)
-    group_lambda = {g: (adaptive_wm_coef(sum(r) / len(r), config.r_max, config.lambda_clamp)
-                        if config.adaptive_coef else 1.0) for g, r in group_returns.items()}
+    group_lambda = group_lambdas(trajectories, config)
     samples = []
     cut_prompts = 0
     for row, (ti, si) in enumerate(flat):
         trajectory, transition = trajectories[ti], trajectories[ti].transitions[si]
         out = transition.output
+        obs_ids = (tokenizer(transition.next_observation, add_special_tokens=False)["input_ids"]
+                   [:config.max_obs_tokens] if transition.next_observation else [])
         # Only rows whose WM term can be non-zero carry observation tokens (saves compute).
         wants_obs = bool(selected[row]) and group_lambda[trajectory.group_index] > 0
-        obs_ids = (tokenizer(transition.next_observation, add_special_tokens=False)["input_ids"]
-                   [:config.max_obs_tokens] if wants_obs else [])
-        ids, p, a, o = serialize(out.prompt_ids, out.response_ids, obs_ids, config.max_seq_len)
-        cut_prompts += p < len(out.prompt_ids)
+        serialized = serializer(out.prompt_ids, out.response_ids, obs_ids if wants_obs else [],
+                                config.max_seq_len)
+        cut_prompts += serialized.prompt_len < len(out.prompt_ids)
         samples.append(Sample(
-            ids, p, a, o, old_logprobs=list(out.logprobs), advantage=per_step[ti][si],
+            serialized.ids, serialized.prompt_len, serialized.action_len, serialized.obs_len,
+            old_logprobs=list(out.logprobs), advantage=per_step[ti][si],
             group=trajectory.group_index, entropy=float(entropies[row]),
             value_target=targets[ti][si] if targets else 0.0,
             old_value=values[ti][si] if values else 0.0,
+            separator_len=serialized.separator_len,
+            leak_target=obs_ids[0] if obs_ids else None,
             extra={"task_type": trajectory.task_type}))
     return RolloutBatch(samples, selected, group_lambda, trajectories, cut_prompts)

@@ -62,7 +62,8 @@ class SFTConfig:
 def load_examples(policy, replay_dir: str | Path, successful_only: bool, max_seq_len: int):
     """Prompt + action rows (``training.batch.Sample``) from a replay; records without an
     action are skipped."""
-    from training.batch import Sample, serialize
+    from training.batch import Sample
+    from training.serialization import serialize
     from wrappers import WMReplay
 
     replay = WMReplay.load(replay_dir)
@@ -79,8 +80,9 @@ def load_examples(policy, replay_dir: str | Path, successful_only: bool, max_seq
             continue
         prompt_ids, _ = policy.encode_prompt(str(record["h"]), max_new_tokens=1)
         action_ids = policy.tokenizer(action, add_special_tokens=False)["input_ids"] + [eos]
-        ids, p, a, _ = serialize(prompt_ids, action_ids, [], max_seq_len)
-        samples.append(Sample(ids, p, a, 0, old_logprobs=[0.0] * a))
+        row = serialize(prompt_ids, action_ids, [], max_seq_len)
+        samples.append(Sample(row.ids, row.prompt_len, row.action_len, 0,
+                              old_logprobs=[0.0] * row.action_len))
     return samples
 
 
@@ -117,7 +119,7 @@ def run_sft(config: SFTConfig) -> tuple[Path, list[dict[str, Any]]]:
         loss_sum, tokens, confident = 0.0, 0, 0
         for batch_rows in _budget_chunks(order, samples, config.token_budget):
             mb = collate(samples, batch_rows, policy.pad_id, device)
-            logprobs, _ = gather_logprobs(model, mb, score_obs=False)
+            logprobs = gather_logprobs(model, mb, score_obs=False).logprobs
             n_tokens = int(mb.action_mask.sum())
             loss = -(logprobs * mb.action_mask).sum() / max(1, n_tokens)
             optimizer.zero_grad(set_to_none=True)

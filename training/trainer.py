@@ -29,6 +29,7 @@ from training.models import (Reference, ValueModel, build_policy, build_vllm_pol
 from training.objective import (ObjectiveSettings, PolicyScorer, gather_logprobs,
                                 micro_batch_loss, objective_weights)
 from training.rollout_batch import RolloutBatch, build_batch
+from training.serialization import TransitionSerializer
 from training.value import critic_loss, critic_values
 from wrappers.replay import WMReplay
 
@@ -100,6 +101,7 @@ class PaWTrainer:
             config, device=self.world.model_device(config.device))
         self.model = self.policy.model
         self.tokenizer = self.policy.tokenizer
+        self.serializer = TransitionSerializer.for_policy(self.policy, config.wm_context)
         if collect is None:
             from training.collect import EnvCollector
 
@@ -377,7 +379,7 @@ class PaWTrainer:
         gather_start = time.perf_counter()
         trajectories, values = self._gather_rollout(trajectories, values)
         waited = time.perf_counter() - gather_start
-        batch = build_batch(trajectories, self.tokenizer, config, values)
+        batch = build_batch(trajectories, self.serializer, config, values)
         self._last_batch = batch
         if not batch.samples:
             raise RuntimeError("the rollout produced no transition with a non-empty response")
@@ -460,9 +462,9 @@ class PaWTrainer:
         with self.reference.active() as reference:
             for rows in self._micro_batches(batch, mine, False):
                 mb = collate(batch.samples, rows, self.policy.pad_id, self.device, with_obs=False)
-                logprobs, _ = gather_logprobs(reference, mb, score_obs=False,
+                logprobs = gather_logprobs(reference, mb, score_obs=False,
                                               action_temperature=self.settings.action_temperature,
-                                              chunk_size=self.config.logits_chunk)
+                                              chunk_size=self.config.logits_chunk).logprobs
                 for r, i in enumerate(rows):
                     s = batch.samples[i]
                     scored[i] = logprobs[r, s.prompt_len:s.prompt_len + s.action_len].tolist()
@@ -477,12 +479,12 @@ class PaWTrainer:
         probabilities, noisy = [], []
         for micro in self._micro_batches(batch, self._own_rows(batch, rows)):
             mb = collate(batch.samples, micro, self.policy.pad_id, self.device)
-            logprobs, _ = gather_logprobs(self.model, mb, score_obs=True,
+            logprobs = gather_logprobs(self.model, mb, score_obs=True,
                                           action_temperature=self.settings.action_temperature,
-                                          chunk_size=self.config.logits_chunk)
+                                          chunk_size=self.config.logits_chunk).logprobs
             for r, i in enumerate(micro):
                 s = batch.samples[i]
-                start = s.prompt_len + s.action_len
+                start = s.obs_start
                 probabilities += logprobs[r, start:start + s.obs_len].exp().tolist()
                 noisy += noisy_token_mask([self.tokenizer.decode([token]) for token
                                            in s.input_ids[start:start + s.obs_len]])
@@ -579,6 +581,8 @@ class PaWTrainer:
             "rollout_logprob_gap": per("rollout_gap_sum", totals.get("rollout_gap_tokens", 0.0)),
             "action_entropy": per("entropy_sum", totals.get("action_tokens", 0.0)),
             "lambda_mean": float(np.mean(lambdas)) if lambdas else 0.0,
+            "lambda_max": float(np.max(lambdas)) if lambdas else 0.0,
+            "wm_leak": per("leak_prob_sum", totals.get("leak_rows", 0.0)),
             "wm_loss": per("wm_loss_sum", totals.get("wm_rows", 0.0)),
             "wm_term": totals.get("wm_term", 0.0) / n_steps,
             "wm_clipped_frac": per("obs_clipped_tokens", totals.get("obs_tokens", 0.0)),
@@ -694,7 +698,8 @@ def _peak_memory_mb(device: torch.device) -> float:
 #: (shown in %).
 LINE_METRICS = (("reward", "reward", False), ("success", "success", True),
                 ("invalid_frac", "invalid", True), ("policy_loss", "pg_loss", False),
-                ("wm_loss", "wm_loss", False), ("action_entropy", "entropy", False),
+                ("wm_loss", "wm_loss", False), ("wm_leak", "leak", True),
+                ("action_entropy", "entropy", False),
                 ("val_success", "val_success", True), ("update_time", "update_s", False))
 
 

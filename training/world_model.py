@@ -46,8 +46,12 @@ has); an answer without ``<observation>`` predicts the empty string, which every
 * ``sft`` (RWML's "WM SFT" baseline): cross-entropy on the target answer
   ``<think></think><observation>s</observation><eos>`` (:func:`target_answer`), mean over its
   tokens, mean over the batch.
-* ``cmae``: PaW's clipped MAE on the same target tokens, ℓ = Σ_i 1[p_i ≤ ρ] (1 − p_i) / |y|
-  (``training.losses.wm_token_loss``): the PaW world-model term alone, offline, without RL.
+* ``cmae``: the PaW world-model term alone, offline, without RL: PaW's clipped MAE
+  ℓ = Σ_i 1[p_i ≤ ρ] (1 − p_i) / |o| (``training.losses.wm_token_loss``) on the o_next tokens
+  of the transition in the PaW term's serialisation chat(h) ⊕ a ⊕ s ⊕ o_next
+  (``wm_context``, :mod:`training.serialization`), not in the prompt format above: it trains
+  the policy's own world model, which :func:`training.pretrain.next_observation_accuracy`
+  reads.
 
 **"Too easy" filter** (rwml only, as the paper): a predictor fine-tuned by ``sft`` on a seeded
 ``easy_sft_fraction`` (10 %) of the training examples samples ``easy_samples`` (K = 10) answers
@@ -68,6 +72,8 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
+
+from training.serialization import WMContext
 
 # torch, transformers and sentence-transformers are imported inside the functions: the CLI
 # imports this module (for WorldModelConfig) when it builds its parser.
@@ -138,6 +144,8 @@ class WorldModelConfig:
     """rwml: weight of the k3 KL to the reference model (0: no reference pass)."""
     rho: float = 0.2
     """cmae: confidence threshold (tokens with p > rho get no loss)."""
+    wm_context: WMContext = "next_turn"
+    """cmae: where o_next follows the action (the PaW term's ``wm_context``)."""
     easy_filter: bool = True
     """rwml: drop most "too easy" training examples before RL (see the module docstring)."""
     easy_sft_fraction: float = 0.1
@@ -487,10 +495,27 @@ def target_rows(policy, examples: Sequence[WMExample], max_seq_len: int) -> list
     return rows
 
 
+def transition_rows(policy, examples: Sequence[WMExample], max_seq_len: int,
+                    wm_context: str) -> list:
+    """``training.batch.Sample`` rows of the transitions in the PaW term's serialisation
+    chat(h) ⊕ a ⊕ s ⊕ o_next, the o_next tokens marked as observation tokens."""
+    from training.batch import Sample
+    from training.serialization import TransitionSerializer
+
+    serializer = TransitionSerializer.for_policy(policy, wm_context)
+    rows = []
+    for example in examples:
+        row = serializer.encode(policy, example.h, example.a, example.o_next, max_seq_len)
+        rows.append(Sample(row.ids, row.prompt_len, row.action_len, row.obs_len,
+                           [0.0] * row.action_len, separator_len=row.separator_len))
+    return rows
+
+
 def target_loss_step(policy, optimizer, examples: Sequence[WMExample],
                      config: WorldModelConfig) -> dict[str, float]:
-    """One optimizer step of ``sft`` (cross-entropy) or ``cmae`` on the target answers; the
-    loss is the mean over examples of the per-example token loss."""
+    """One optimizer step of ``sft`` (cross-entropy on the target answers) or ``cmae`` (on the
+    o_next tokens of the serialised transitions); the loss is the mean over examples of the
+    per-example token loss."""
     import torch
 
     from training.batch import collate, token_budget_batches
@@ -498,13 +523,14 @@ def target_loss_step(policy, optimizer, examples: Sequence[WMExample],
     from training.objective import gather_logprobs
 
     kind = "ce" if config.method == "sft" else "cmae"
-    rows = target_rows(policy, examples, config.max_seq_len)
+    rows = target_rows(policy, examples, config.max_seq_len) if config.method == "sft" else \
+        transition_rows(policy, examples, config.max_seq_len, config.wm_context)
     device = next(policy.model.parameters()).device
     optimizer.zero_grad(set_to_none=True)
     loss_sum = clipped = tokens = 0.0
     for chunk in token_budget_batches([len(r) for r in rows], config.token_budget):
         batch = collate(rows, chunk, policy.pad_id, device)
-        logprobs, _ = gather_logprobs(policy.model, batch, score_obs=True)
+        logprobs = gather_logprobs(policy.model, batch, score_obs=True).logprobs
         per_row = wm_token_loss(logprobs, batch.obs_mask, kind=kind, rho=config.rho)
         (per_row.sum() / len(rows)).backward()
         loss_sum += float(per_row.detach().sum())
@@ -550,8 +576,8 @@ def rwml_step(policy, optimizer, reference, examples: Sequence[WMExample], rewar
         with torch.no_grad(), reference.active() as reference_model:
             for chunk in batches:
                 batch = collate(samples, chunk, policy.pad_id, device, with_obs=False)
-                logprobs, _ = gather_logprobs(reference_model, batch, score_obs=False,
-                                              action_temperature=config.temperature)
+                logprobs = gather_logprobs(reference_model, batch, score_obs=False,
+                                              action_temperature=config.temperature).logprobs
                 for row, index in enumerate(chunk):
                     s = samples[index]
                     s.ref_logprobs = logprobs[row, s.prompt_len:s.prompt_len + s.action_len
