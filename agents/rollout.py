@@ -153,5 +153,6 @@ def _transition(prompt: str, output: PolicyOutput, step_result: tuple) -> tuple[
         prompt=prompt, output=output, action=str(info.get("parsed_action") or ""),
         next_observation=str(next_observation), reward=float(reward),
         terminated=bool(terminated), truncated=bool(truncated),
-        invalid_action=bool(info.get("invalid_action", False)), info=info)
+        invalid_action=bool(info.get("invalid_action", False)), info=info,
+        format_penalty=float(info.get("format_penalty", 0.0)))
     return transition, next_prompt

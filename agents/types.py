@@ -49,6 +49,13 @@ class Transition:
     truncated: bool
     invalid_action: bool
     info: dict[str, Any] = field(default_factory=dict)
+    format_penalty: float = 0.0
+    """The invalid-action penalty included in ``reward`` (0.0 for a valid action)."""
+
+    @property
+    def task_reward(self) -> float:
+        """The env's own reward for the step, without the format penalty."""
+        return self.reward - self.format_penalty
 
 
 @dataclass
@@ -65,7 +72,14 @@ class Trajectory:
 
     @property
     def total_reward(self) -> float:
+        """Episode return with the format penalties (what the advantages use)."""
         return sum(t.reward for t in self.transitions)
+
+    @property
+    def task_return(self) -> float:
+        """Episode return of the env's own rewards, without format penalties (in [0, R_max]
+        for the built-in envs)."""
+        return sum(t.task_reward for t in self.transitions)
 
     def to_records(self, episode_id: str, per_step: list[dict[str, Any]] | None = None,
                    **fields: Any) -> list[dict[str, Any]]:

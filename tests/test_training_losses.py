@@ -116,34 +116,29 @@ def test_transitions_without_a_target_are_not_selected_nor_counted():
 
 
 def test_empty_next_observations_are_out_of_the_wm_term_in_the_batch(tiny_model_dir):
-    from transformers import AutoTokenizer
-
     from training.config import TrainConfig
     from training.rollout_batch import build_batch
 
     trajectories = _trajectories([[0.0, 10.0]])
     trajectories[1].transitions[0].next_observation = ""  # e.g. search QA after <answer>
     trajectories[1].transitions[0].output.entropies = [2.0]  # the higher entropy
-    batch = build_batch(trajectories, AutoTokenizer.from_pretrained(tiny_model_dir),
-                        TrainConfig(alpha=0.5))
+    batch = build_batch(trajectories, _serializer(tiny_model_dir), TrainConfig(alpha=0.5))
     assert batch.selected.tolist() == [True, False]
     assert batch.samples[0].obs_len > 0 and batch.samples[1].obs_len == 0
 
 
 def test_max_obs_tokens_caps_the_wm_target_and_none_keeps_it_whole(tiny_model_dir):
-    from transformers import AutoTokenizer
-
     from training.config import TrainConfig
     from training.rollout_batch import build_batch
 
     trajectories = _trajectories([[0.0, 10.0]])
     for trajectory in trajectories:
         trajectory.transitions[0].next_observation = "lower " * 40
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    whole = len(tokenizer("lower " * 40, add_special_tokens=False)["input_ids"])
+    serializer = _serializer(tiny_model_dir)
+    whole = len(serializer.tokenizer("lower " * 40, add_special_tokens=False)["input_ids"])
     assert whole > 8
-    capped = build_batch(trajectories, tokenizer, TrainConfig(alpha=1.0, max_obs_tokens=8))
-    uncapped = build_batch(trajectories, tokenizer, TrainConfig(alpha=1.0, max_obs_tokens=None))
+    capped = build_batch(trajectories, serializer, TrainConfig(alpha=1.0, max_obs_tokens=8))
+    uncapped = build_batch(trajectories, serializer, TrainConfig(alpha=1.0, max_obs_tokens=None))
     assert [s.obs_len for s in capped.samples] == [8, 8]
     assert [s.obs_len for s in uncapped.samples] == [whole, whole]
     with pytest.raises(ValueError, match="max_obs_tokens=0"):
@@ -159,8 +154,6 @@ def test_sampled_token_entropy_is_the_papers_formula():
 
 
 def test_entropy_score_setting_decides_which_transitions_get_the_wm_loss(tiny_model_dir):
-    from transformers import AutoTokenizer
-
     from training.config import TrainConfig
     from training.rollout_batch import build_batch
 
@@ -170,9 +163,9 @@ def test_entropy_score_setting_decides_which_transitions_get_the_wm_loss(tiny_mo
     first, second = (t.transitions[0].output for t in trajectories)
     first.entropies, first.logprobs = [2.0], [math.log(0.99)]
     second.entropies, second.logprobs = [0.5], [-1.0]
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    full = build_batch(trajectories, tokenizer, TrainConfig(alpha=0.5))
-    sampled = build_batch(trajectories, tokenizer, TrainConfig(alpha=0.5, entropy_score="sampled"))
+    serializer = _serializer(tiny_model_dir)
+    full = build_batch(trajectories, serializer, TrainConfig(alpha=0.5))
+    sampled = build_batch(trajectories, serializer, TrainConfig(alpha=0.5, entropy_score="sampled"))
     assert full.selected.tolist() == [True, False]
     assert sampled.selected.tolist() == [False, True]   # 1/e ≈ 0.368 > 0.99·0.01 ≈ 0.0099
     assert [s.entropy for s in full.samples] == [2.0, 0.5]
@@ -349,6 +342,15 @@ def test_gae_lambda_one_gamma_one_is_return_minus_value():
 
 
 # ---------------------------------------------------------------- estimator settings reach the batch
+def _serializer(model_dir):
+    from transformers import AutoTokenizer
+
+    from training.serialization import TransitionSerializer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    return TransitionSerializer(tokenizer, "next_turn", [tokenizer.eos_token_id])
+
+
 def _trajectories(returns_per_group):
     from agents.types import PolicyOutput, Trajectory, Transition
 
@@ -379,3 +381,78 @@ def test_norm_adv_by_std_switches_to_mean_centring(algo):
     # from the group's shared state s0, so the anchor group is the rollout group.
     assert [a[0] for a in centred] == pytest.approx(
         [factor * x for x in (0.05, -0.05, 5.0, -5.0)])
+
+
+def _penalised(task_rewards, penalties, group=0):
+    """One trajectory whose steps earn ``task_rewards`` and pay ``penalties`` (ParseAction's
+    format penalties, included in the step reward as the rollout records it)."""
+    from agents.types import PolicyOutput, Trajectory, Transition
+
+    steps = [Transition("h", PolicyOutput("a", [1], [2], [-0.5], [0.3]), "a", f"o{k}",
+                        task + penalty, False, False, penalty != 0, format_penalty=penalty)
+             for k, (task, penalty) in enumerate(zip(task_rewards, penalties))]
+    return Trajectory("t", "x", group, steps, initial_observation="s0")
+
+
+def test_lambda_comes_from_the_task_return_without_format_penalties():
+    from training.config import TrainConfig
+    from training.rollout_batch import group_lambdas
+
+    # Group 0: no win, three invalid steps each (-0.3 total): Eq. 10 over the task return
+    # gives exactly 1; over the total return 1.03. Group 1: one win (10) and one loss.
+    trajectories = [_penalised([0, 0, 0], [-0.1] * 3), _penalised([0, 0, 0], [-0.1] * 3),
+                    _penalised([0, 10], [-0.1, 0], group=1), _penalised([0, 0], [0, 0], group=1)]
+    assert [t.task_return for t in trajectories] == [0, 0, 10, 0]
+    assert group_lambdas(trajectories, TrainConfig()) == pytest.approx({0: 1.0, 1: 0.5})
+    assert group_lambdas(trajectories, TrainConfig(lambda_return="total")) == \
+        pytest.approx({0: 1.03, 1: 1 - 9.9 / 2 / 10})
+    assert group_lambdas(trajectories, TrainConfig(lambda_return="total", lambda_clamp=True)) \
+        == pytest.approx({0: 1.0, 1: 1 - 9.9 / 2 / 10})
+
+
+def test_parse_action_reports_the_penalty_it_added():
+    import gymnasium as gym
+
+    from wrappers import ParseAction
+
+    env = ParseAction(gym.make("Test/GuessNumber-v0"), invalid_penalty=-0.25)
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step("no tags")
+    assert (reward, info["format_penalty"]) == (-0.25, -0.25)
+    _, reward, _, _, info = env.step("<action>guess 1</action>")
+    assert info["format_penalty"] == 0.0 and reward >= 0
+
+
+def test_gigpo_verl_agent_switches_hand_computed():
+    """verl-agent's handling: each step's episode score is the task return plus its own
+    penalty, its step return G_t plus its own penalty; statistics over steps or trajectories."""
+    from training.config import TrainConfig
+    from training.rollout_batch import step_advantages
+
+    # Two trajectories of one task: A wins at step 2 after an invalid step; B fails in 1 step.
+    trajectories = [_penalised([0, 10], [-0.1, 0]), _penalised([0], [0])]
+    anchors = [["s0", "s1"], ["s0"]]
+    for t, keys in zip(trajectories, anchors):
+        for step, key in zip(t.transitions, keys):
+            step.info["anchor_observation"] = key
+    gamma = 0.5
+    base = dict(algo="gigpo", gamma=gamma, norm_adv_by_std=False)
+    # episode scores per step: A: 10 - 0.1, 10 + 0; B: 0. Step returns: A: 0 + 0.5*10 - 0.1,
+    # 10; B: 0. Anchor s0 holds A's first step and B's step; s1 is seen once (0).
+    step_a0, step_b0 = (0 + gamma * 10 - 0.1) - (4.9 + 0) / 2, 0 - (4.9 + 0) / 2
+    # trajectory statistics: mean over task returns {10, 0} = 5
+    expected = [[9.9 - 5 + step_a0, 10 - 5 + 0.0], [0 - 5 + step_b0]]
+    got = step_advantages(trajectories, TrainConfig(gigpo_penalty="step", **base))
+    assert [list(a) for a in got] == [pytest.approx(e) for e in expected]
+    # step statistics: the mean over the three step scores {9.9, 10, 0}
+    mean = (9.9 + 10 + 0) / 3
+    expected = [[9.9 - mean + step_a0, 10 - mean], [0 - mean + step_b0]]
+    got = step_advantages(trajectories, TrainConfig(gigpo_penalty="step",
+                                                    gigpo_episode_norm="step", **base))
+    assert [list(a) for a in got] == [pytest.approx(e) for e in expected]
+    # the default (penalties in every reward): returns 9.9 and 0, G_t with the penalty inside
+    total_a0 = -0.1 + gamma * 10
+    expected = [[9.9 - 4.95 + total_a0 - (total_a0 + 0) / 2, 9.9 - 4.95],
+                [0 - 4.95 + 0 - (total_a0 + 0) / 2]]
+    got = step_advantages(trajectories, TrainConfig(**base))
+    assert [list(a) for a in got] == [pytest.approx(e) for e in expected]

@@ -34,22 +34,35 @@ def _groups(keys: Sequence[Hashable]) -> dict[Hashable, list[int]]:
     return members
 
 
+def _group_stats(values: torch.Tensor, keys: Sequence[Hashable]
+                 ) -> dict[Hashable, tuple[torch.Tensor, torch.Tensor]]:
+    """``(mean, unbiased std)`` of each group; a group of one member gets ``(0, 1)`` (verl's
+    convention: its raw value passes through)."""
+    values = torch.as_tensor(values, dtype=torch.float32).reshape(-1)
+    if len(keys) != values.numel():
+        raise ValueError(f"{len(keys)} group keys for {values.numel()} values")
+    stats = {}
+    for key, indices in _groups(keys).items():
+        group = values[torch.tensor(indices)]
+        stats[key] = (torch.zeros(()), torch.ones(())) if len(indices) == 1 else \
+            (group.mean(), group.std())
+    return stats
+
+
 def _group_normalize(values: torch.Tensor, keys: Sequence[Hashable], normalize: bool,
                      eps: float, singleton_zero: bool = False) -> torch.Tensor:
     """(x − mean_group) / (std_group + eps) per group (unbiased std), or just x − mean.
 
     A group of one member keeps its raw value, or gets 0 with ``singleton_zero``."""
     values = torch.as_tensor(values, dtype=torch.float32).reshape(-1)
-    if len(keys) != values.numel():
-        raise ValueError(f"{len(keys)} group keys for {values.numel()} values")
+    stats = _group_stats(values, keys)
     out = torch.empty_like(values)
-    for indices in _groups(keys).values():
+    for key, indices in _groups(keys).items():
         idx = torch.tensor(indices)
         group = values[idx]
-        if len(indices) == 1:
-            mean, std = (group[0] if singleton_zero else torch.zeros(())), torch.ones(())
-        else:
-            mean, std = group.mean(), group.std()
+        mean, std = stats[key]
+        if singleton_zero and len(indices) == 1:
+            mean = group[0]
         out[idx] = (group - mean) / (std + eps) if normalize else group - mean
     return out
 
@@ -95,7 +108,9 @@ def discounted_returns(rewards: torch.Tensor, gamma: float) -> torch.Tensor:
 def gigpo(episode_returns: torch.Tensor, group_ids: Sequence[Hashable],
           step_rewards: Sequence[torch.Tensor], anchor_keys: Sequence[Sequence[Hashable]],
           gamma: float = 0.95, omega: float = 1.0, normalize: bool = True,
-          similarity: float = 1.0, eps: float = EPS) -> list[torch.Tensor]:
+          similarity: float = 1.0, eps: float = EPS,
+          step_penalties: Sequence[torch.Tensor] | None = None,
+          episode_norm: str = "trajectory") -> list[torch.Tensor]:
     """GiGPO advantages: episode-level GRPO advantage + ω × step-level anchor-state advantage.
 
     The step level groups every step of a rollout group by its anchor state (the observation
@@ -115,31 +130,59 @@ def gigpo(episode_returns: torch.Tensor, group_ids: Sequence[Hashable],
             rollout group that are at least this similar share an anchor group (the paper uses
             0.9 for search QA, whose observations rarely repeat verbatim); see
             :func:`cluster_similar_states`.
+        step_penalties: None when penalties are already in ``episode_returns`` and
+            ``step_rewards``. Otherwise ``N`` tensors ``[T_i]`` of each step's own penalty
+            (verl-agent's handling), with penalty-free returns and rewards: step t's episode
+            score is R_i + p_{i,t} and its step return G_t + p_{i,t}.
+        episode_norm: the episode level's group statistics over the group's ``trajectory``
+            returns (each once) or over its ``step`` scores (verl-agent's
+            ``compute_mean_std_cross_steps``: a trajectory counts once per step).
 
     Returns:
         ``N`` tensors ``[T_i]`` of per-step advantages.
     """
+    if isinstance(group_ids, (torch.Tensor, np.ndarray)):
+        group_ids = group_ids.tolist()
     n = len(group_ids)
+    if episode_norm not in ("trajectory", "step"):
+        raise ValueError(f"episode_norm={episode_norm!r} must be 'trajectory' or 'step'")
     if similarity < 1.0:
         anchor_keys = cluster_similar_states(group_ids, anchor_keys, similarity)
     if not (len(step_rewards) == len(anchor_keys) == n):
         raise ValueError(f"gigpo needs one entry per trajectory: {n} groups, "
                          f"{len(step_rewards)} reward lists, {len(anchor_keys)} anchor lists")
-    episode = _group_normalize(episode_returns, group_ids, normalize, eps)
-    flat_returns, flat_keys, lengths = [], [], []
+    if step_penalties is not None and len(step_penalties) != n:
+        raise ValueError(f"gigpo: {len(step_penalties)} penalty lists for {n} trajectories")
+    returns = torch.as_tensor(episode_returns, dtype=torch.float32).reshape(-1)
+    flat_returns, flat_keys, scores, score_keys, lengths = [], [], [], [], []
     for i in range(n):
         rewards = torch.as_tensor(step_rewards[i], dtype=torch.float32).reshape(-1)
         if len(anchor_keys[i]) != rewards.numel():
             raise ValueError(f"trajectory {i}: {rewards.numel()} rewards but "
                              f"{len(anchor_keys[i])} anchor keys")
-        flat_returns.append(discounted_returns(rewards, gamma))
+        own = torch.zeros_like(rewards) if step_penalties is None else \
+            torch.as_tensor(step_penalties[i], dtype=torch.float32).reshape(-1)
+        if own.numel() != rewards.numel():
+            raise ValueError(f"trajectory {i}: {rewards.numel()} rewards but {own.numel()} "
+                             "penalties")
+        flat_returns.append(discounted_returns(rewards, gamma) + own)
         flat_keys.extend((group_ids[i], key) for key in anchor_keys[i])
+        scores.append(returns[i] + own)
+        score_keys.extend([group_ids[i]] * rewards.numel())
         lengths.append(rewards.numel())
     if not flat_keys:
         return [torch.zeros(0) for _ in range(n)]
+    if episode_norm == "step":
+        episode = _group_normalize(torch.cat(scores), score_keys, normalize, eps)
+    else:
+        stats = _group_stats(returns, group_ids)
+        mean = torch.stack([stats[key][0] for key in score_keys])
+        std = torch.stack([stats[key][1] for key in score_keys])
+        centred = torch.cat(scores) - mean
+        episode = centred / (std + eps) if normalize else centred
     step = _group_normalize(torch.cat(flat_returns), flat_keys, normalize, eps,
                             singleton_zero=True)
-    return [episode[i] + omega * part for i, part in enumerate(step.split(lengths))]
+    return [e + omega * part for e, part in zip(episode.split(lengths), step.split(lengths))]
 
 
 def cluster_similar_states(group_ids: Sequence[Hashable], anchor_keys: Sequence[Sequence[str]],

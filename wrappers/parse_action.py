@@ -63,8 +63,10 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
     env receives ``""``, which every PaW env treats as an invalid no-op, so the step still counts
     towards the time limit but changes nothing), or when the env itself reports the extracted
     action as invalid (e.g. not admissible). Invalid steps get ``invalid_penalty`` added to the
-    reward. ``info`` gains ``invalid_action``, ``parsed_action`` (``None`` if parsing failed) and
-    ``parse_error`` (a reason, or ``None``). Never raises on any action value.
+    reward. ``info`` gains ``invalid_action``, ``parsed_action`` (``None`` if parsing failed),
+    ``parse_error`` (a reason, or ``None``) and ``format_penalty`` (what was added: the penalty
+    or 0.0; the env's own reward is the step's reward minus it). Never raises on any action
+    value.
 
     Args:
         env: a text env.
@@ -97,7 +99,9 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
         if error is None and info.get("invalid_action"):
             error = "the environment rejected the action (not admissible here)"
         invalid = error is not None
+        penalty = self.invalid_penalty if invalid else 0.0
         if invalid:
-            reward = float(reward) + self.invalid_penalty
-        info = {**info, "invalid_action": invalid, "parsed_action": parsed, "parse_error": error}
+            reward = float(reward) + penalty
+        info = {**info, "invalid_action": invalid, "parsed_action": parsed, "parse_error": error,
+                "format_penalty": penalty}
         return observation, reward, terminated, truncated, info
