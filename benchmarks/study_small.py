@@ -1,23 +1,28 @@
-"""Paired study on the small envs (PaW/Shelf-v0, PaW/FrozenLake-v0): does RL raise held-out
-success, and does PaW help it?
+"""Paired study on the small envs (PaW/Shelf-v0, PaW/FrozenLake-v0, PaW/Sokoban-v0): does RL
+raise held-out success, and does PaW help it?
 
-Shelf names the item to buy in a one-line prompt; FrozenLake shows a 4x4 map of ice and holes.
-Both are small enough for a tiny model to learn on CPU. Every run starts from a *reading start*: a nano model pretrained (next-token, ``training.pretrain``)
-on transcripts of a noisy expert that takes a random admissible action with probability ε.
-``normal`` uses ε = 0.5 (the start wins about half of the held-out tasks at temperature 1);
-``sparse`` uses ε = 0.9 (the paper's §4.4 situation: the start rarely wins, most rollout
-groups carry no reward). Each run trains one variant for the same budget, and plays every one
-of 64 held-out tasks (Shelf: target items RL never trains on; FrozenLake: maps of the ``test``
-split) once before and once after RL.
+Shelf names the item to buy in a one-line prompt; FrozenLake shows a 4x4 map of ice and holes;
+Sokoban a 6x6 room whose boxes must be pushed onto targets (a push into a corner cannot be
+undone, so knowing what an action does should matter most there). All three are small enough
+for a tiny model on CPU. Every run starts from a *reading start*: a nano model pretrained
+(next-token, ``training.pretrain``, in the PaW term's serialisation) on transcripts of a noisy
+expert that takes a random admissible action with probability ε. ``normal`` uses ε = 0.5;
+``sparse`` uses ε = 0.9 (the paper's §4.4 situation: the start rarely wins, most rollout groups
+carry no reward). Each run trains one variant for its env's budget of updates and validates on
+**every held-out task once** (Shelf: the 48 target item × shelf size tasks of ``test``;
+FrozenLake and Sokoban: 100 maps of ``test``) at the paper's validation temperature 0.4 before
+the first update and at 25 %, 50 %, 75 % and 100 % of the budget, together with the policy's
+next-observation accuracy on held-out transitions (64 noisy-expert episodes of ``test``) in the
+run's own ``wm_context`` (``val_wm_exact`` / ``val_wm_token``).
 
-Paired design: a seed fixes the training tasks and the sampling seeds of every variant, so
-``variant − baseline`` differences are taken per seed; the report gives their mean ± 95 % CI
-(Student t over seeds), and the RL gain (after − before) of each variant the same way.
+Paired design: a seed fixes the training tasks and the sampling seeds of every variant (and
+every variant of a start starts from the same model), so ``variant − baseline`` differences
+are taken per seed; the report gives their mean ± 95 % CI (Student t over seeds) at each
+milestone, and the RL gain (after − before) of each variant the same way.
 
-    python benchmarks/study_small.py --seeds 5 --workers 2     # Shelf, all cells, resumable
+    python benchmarks/study_small.py --seeds 10 --workers 2     # Shelf, all cells, resumable
     python benchmarks/study_small.py --env frozenlake --starts normal --variants grpo grpo_paw
-    python benchmarks/study_small.py --report                  # tables + plot from results
-    python benchmarks/study_small.py --env frozenlake --report --world-model   # + o_next accuracy
+    python benchmarks/study_small.py --report                  # tables + plots from results
 
 The learning regression test (``tests/test_learning.py``) uses this module's start and run.
 """
@@ -45,13 +50,19 @@ class StudyEnv:
     max_steps: int
     """Step limit of training and evaluation episodes."""
     results: str
-    """Folder under ``benchmarks/results`` (``<results>_u<N>`` for a non-default budget)."""
+    """Folder under ``benchmarks/results`` (``<results>_u<N>``, N the budget)."""
+    updates: int
+    """RL updates per run: where vanilla GRPO's training success levels off in a pilot run on
+    seeds outside the study (see benchmarks/README.md)."""
 
 
 STUDY_ENVS = {
-    "shelf": StudyEnv("PaW/Shelf-v0", max_steps=6, results="study_shelf"),
+    "shelf": StudyEnv("PaW/Shelf-v0", max_steps=6, results="study_shelf", updates=24),
     # The 4x4 maps' shortest paths are 6 moves; 10 leaves room for a detour.
-    "frozenlake": StudyEnv("PaW/FrozenLake-v0", max_steps=10, results="study_frozenlake"),
+    "frozenlake": StudyEnv("PaW/FrozenLake-v0", max_steps=10, results="study_frozenlake",
+                           updates=32),
+    # The generator keeps rooms its BFS solves in <= 20 moves.
+    "sokoban": StudyEnv("PaW/Sokoban-v0", max_steps=20, results="study_sokoban", updates=32),
 }
 SHELF = STUDY_ENVS["shelf"]
 ENV = SHELF.id
@@ -68,18 +79,18 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "gigpo_paw": {"algo": "gigpo", "paw": True},
     "paw_ce": {"algo": "grpo", "paw": True, "wm_loss": "ce"},
     "paw_fixed_lambda": {"algo": "grpo", "paw": True, "adaptive_coef": False},
-    "grpo_std_norm_off": {"algo": "grpo", "paw": False, "norm_adv_by_std": False},
-    "grpo_entropy": {"algo": "grpo", "paw": False, "entropy_coef": 0.01},
-    # lambda_clamp: the other runs predate λ_g's switch to the uncapped Eq. 10 (2026-11-23),
-    # so this one keeps the cap to differ from grpo_paw in the entropy score only.
-    "paw_sampled_score": {"algo": "grpo", "paw": True, "entropy_score": "sampled",
-                          "lambda_clamp": True},
+    # Where the PaW term sits (training.serialization); the start is the same for all three.
+    "paw_end_of_turn": {"algo": "grpo", "paw": True, "wm_context": "end_of_turn"},
+    "paw_none": {"algo": "grpo", "paw": True, "wm_context": "none"},
 }
 #: What a study runs unless ``--variants`` says otherwise.
 DEFAULT_VARIANTS = list(VARIANTS)
 # On request (scripts/table3_algorithms.sh, scripts/figure6_sensitivity.sh): the other
 # estimators, and the paper's Figure 6 sweep around its α = 0.75, ρ = 0.2.
 VARIANTS.update({
+    "grpo_std_norm_off": {"algo": "grpo", "paw": False, "norm_adv_by_std": False},
+    "grpo_entropy": {"algo": "grpo", "paw": False, "entropy_coef": 0.01},
+    "paw_sampled_score": {"algo": "grpo", "paw": True, "entropy_score": "sampled"},
     "rloo": {"algo": "rloo", "paw": False},
     "rloo_paw": {"algo": "rloo", "paw": True},
     "ppo": {"algo": "ppo", "paw": False},
@@ -90,14 +101,16 @@ VARIANTS.update({
 })
 #: (variant, baseline) pairs the report compares.
 PAIRS = [("grpo_paw", "grpo"), ("gigpo_paw", "gigpo"), ("paw_ce", "grpo_paw"),
-         ("paw_fixed_lambda", "grpo_paw"), ("grpo_std_norm_off", "grpo"),
+         ("paw_fixed_lambda", "grpo_paw"), ("paw_end_of_turn", "grpo_paw"),
+         ("paw_none", "grpo_paw"), ("paw_none", "grpo"), ("grpo_std_norm_off", "grpo"),
          ("grpo_entropy", "grpo"), ("paw_sampled_score", "grpo_paw"),
          ("rloo_paw", "rloo"), ("ppo_paw", "ppo"),
          *[(v, "grpo_paw") for v in VARIANTS if v.startswith(("paw_rho_", "paw_alpha_"))]]
 RESULTS = Path(__file__).resolve().parent / "results"
-#: RL updates per study run: fewer than the regression test's 12, so that variants are compared
-#: while they are still learning rather than all at the 100 % ceiling.
-STUDY_UPDATES = 8
+#: The paper's validation temperature.
+VAL_TEMPERATURE = 0.4
+#: Validations per run after the first update's: at 25, 50, 75 and 100 % of the budget.
+MILESTONES = 4
 
 
 def build_start(root: Path, epsilon: float = 0.5, steps: int = 500, seed: int = 0,
@@ -123,24 +136,43 @@ def build_start(root: Path, epsilon: float = 0.5, steps: int = 500, seed: int = 
 
 
 def held_out_success(policy, env: StudyEnv = SHELF) -> float:
-    """% of the 64 held-out tasks won, each played once at the rollout temperature 1.0."""
-    from training.evaluate import evaluate
+    """% of the held-out tasks won, every task of the ``test`` split once (Shelf 48, the grid
+    games 100 maps) at the validation temperature: what each run's validation measures."""
+    from training.evaluate import evaluate, plan_evaluation
 
-    result = evaluate(policy, env.id, HELD_OUT, split="test", temperature=1.0,
-                      max_new_tokens=24, max_steps=env.max_steps, seed=1, **PROMPT)
+    plan = plan_evaluation(env.id, split="test", seed=0)
+    result = evaluate(policy, env.id, plan, temperature=VAL_TEMPERATURE, max_new_tokens=24,
+                      max_steps=env.max_steps, seed=1, **PROMPT)
     return result.row().success
 
 
+def held_out_transitions(work: Path, env: StudyEnv = SHELF) -> Path:
+    """64 noisy-expert (ε = 0.5) episodes of the ``test`` split: the held-out transitions on
+    which validation reads each policy as a world model. Recorded once per folder."""
+    from training.sft import record_expert_demos
+
+    folder = work / "wm-held-out"
+    if not folder.is_dir():
+        record_expert_demos(env.id, len(HELD_OUT), folder, seed=HELD_OUT[0], epsilon=0.5,
+                            max_steps=env.max_steps, split="test", **PROMPT)
+    return folder
+
+
 def train_and_evaluate(start: Path, output_dir: Path, seed: int = 0, updates: int = 12,
-                       env: StudyEnv = SHELF, **overrides: Any) -> dict[str, Any]:
-    """RL from ``start`` (8 tasks × 8 rollouts per update, full fine-tuning at lr 3e-4);
-    held-out success before and after, and the per-update training metrics.
+                       env: StudyEnv = SHELF, wm_transitions: Path | None = None,
+                       **overrides: Any) -> dict[str, Any]:
+    """RL from ``start`` (8 tasks × 8 rollouts per update, full fine-tuning at lr 3e-4),
+    validated on every held-out task before the first update and at each quarter of
+    ``updates`` (with the world-model reading when ``wm_transitions`` is given). Returns
+    ``before`` / ``after`` held-out success (%), the validations and the per-update training
+    metrics.
 
     RLOO's advantages are raw leave-one-out returns, in reward units (up to ±R_max = 10), where
     GRPO's, GiGPO's and PPO's are normalised to about ±1; RLOO therefore gets lr 3e-4 / R_max
     (at 3e-4 it gained only 12 points in one seed of the regression test).
     """
     from training.config import TrainConfig
+    from training.metrics_log import read_metrics
     from training.trainer import PaWTrainer
 
     algo = overrides.get("algo", "grpo")
@@ -149,26 +181,30 @@ def train_and_evaluate(start: Path, output_dir: Path, seed: int = 0, updates: in
     config = TrainConfig(
         model=str(start), env_id=env.id, env_kwargs={"split": "train"}, template=TEMPLATE,
         history_length=0, max_episode_steps=env.max_steps, max_new_tokens=24,
-        total_steps=updates,
-        max_seq_len=512, seed=seed, output_dir=str(output_dir), overwrite_output_dir=True,
-        save_every=0, device="cpu",
-        progress=False, **{**settings, **overrides})
-    trainer = PaWTrainer(config)
-    before = held_out_success(trainer.policy, env)
-    history = trainer.train()
-    return {"before": before, "after": held_out_success(trainer.policy, env),
+        total_steps=updates, max_seq_len=512, seed=seed, output_dir=str(output_dir),
+        overwrite_output_dir=True, save_every=0, device="cpu", progress=False, log_every=0,
+        val_every=max(1, updates // MILESTONES), val_before_train=True, val_split="test",
+        val_temperature=VAL_TEMPERATURE,
+        val_wm_replay=str(wm_transitions) if wm_transitions else None,
+        **{**settings, **overrides})
+    history = PaWTrainer(config).train()
+    records = read_metrics(Path(output_dir) / "metrics.jsonl")
+    val = [{"step": r["step"], "success": 100 * r["val_success"],
+            **({"wm_exact": 100 * r["val_wm_exact"], "wm_token": 100 * r["val_wm_token"]}
+               if "val_wm_exact" in r else {})} for r in records if "val_success" in r]
+    return {"before": val[0]["success"], "after": val[-1]["success"], "val": val,
             "curve": [{k: h[k] for k in ("step", "success", "reward", "action_entropy",
-                                         "invalid_frac")} for h in history]}
+                                         "invalid_frac", "wm_leak", "lambda_mean")}
+                      for h in history]}
 
 
-def results_dir(updates: int = STUDY_UPDATES, env: StudyEnv = SHELF) -> Path:
+def results_dir(updates: int, env: StudyEnv = SHELF) -> Path:
     """Where runs of ``updates`` RL updates on ``env`` are kept."""
-    suffix = "" if updates == STUDY_UPDATES else f"_u{updates}"
-    return RESULTS / f"{env.results}{suffix}"
+    return RESULTS / f"{env.results}_u{updates}"
 
 
-def run_cell(start: str, variant: str, seed: int, work: Path,
-             updates: int = STUDY_UPDATES, env: str = "shelf") -> Path:
+def run_cell(start: str, variant: str, seed: int, work: Path, updates: int,
+             env: str = "shelf") -> Path:
     """One (start, variant, seed) run, written to :func:`results_dir`; skipped when there."""
     import torch
 
@@ -179,13 +215,20 @@ def run_cell(start: str, variant: str, seed: int, work: Path,
     torch.set_num_threads(1)
     model = build_start(work / f"start-{start}", STARTS[start], env=study_env)
     clock = time.process_time()
-    result = train_and_evaluate(model, work / "runs" / f"u{updates}" / path.stem, seed=seed,
-                                updates=updates, env=study_env, **VARIANTS[variant])
+    result = train_and_evaluate(model, run_dir(work, updates, path.stem), seed=seed,
+                                updates=updates, env=study_env,
+                                wm_transitions=held_out_transitions(work, study_env),
+                                **VARIANTS[variant])
     result.update(start=start, variant=variant, seed=seed, updates=updates,
                   cpu_s=round(time.process_time() - clock, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1), encoding="utf-8")
     return path
+
+
+def run_dir(work: Path, updates: int, name: str) -> Path:
+    """The trainer's output folder of a study run (metrics.jsonl, config.yaml, checkpoint)."""
+    return work / "runs" / f"u{updates}" / name
 
 
 def mean_ci(values: list[float]) -> tuple[float, float]:
@@ -200,180 +243,180 @@ def mean_ci(values: list[float]) -> tuple[float, float]:
     return mean, t.ppf(0.975, n - 1) * sd / math.sqrt(n)
 
 
-def report(updates: int = STUDY_UPDATES, env: str = "shelf") -> str:
-    """Markdown tables (RL gain per variant; paired differences) and a plot of the curves."""
-    folder = results_dir(updates, STUDY_ENVS[env])
+def load_runs(updates: int, env: StudyEnv) -> dict[tuple[str, str], dict[int, dict]]:
+    """The results of ``updates``-update runs on ``env``: {(start, variant): {seed: result}}."""
     runs: dict[tuple[str, str], dict[int, dict]] = {}
-    for path in sorted(folder.glob("*.json")):
+    for path in sorted(results_dir(updates, env).glob("*.json")):
         r = json.loads(path.read_text(encoding="utf-8"))
         runs.setdefault((r["start"], r["variant"]), {})[r["seed"]] = r
+    return runs
+
+
+def at(result: dict, fraction: float, key: str = "success") -> float | None:
+    """The validation value of ``key`` at ``fraction`` of the run's budget (0: the start)."""
+    step = round(fraction * result["updates"])
+    return next((v.get(key) for v in result["val"] if v["step"] == step), None)
+
+
+QUARTERS = (0.25, 0.5, 1.0)
+
+
+def report(env: str = "shelf", updates: int | None = None) -> str:
+    """Markdown per start: held-out success at 0, 25, 50 and 100 % of the budget and the gain,
+    the world model's next-observation accuracy before and after; then paired differences at
+    the same points."""
+    study_env = STUDY_ENVS[env]
+    updates = updates or study_env.updates
+    runs = load_runs(updates, study_env)
     lines = []
     for start in STARTS:
         cells = {v: runs.get((start, v), {}) for v in VARIANTS}
         if not any(cells.values()):
             continue
-        lines += [f"### start `{start}` (noisy-expert ε = {STARTS[start]})", "",
-                  "| variant | seeds | held-out before % | after % | RL gain (pp, 95 % CI) | "
-                  "CPU s / run |", "|---|---:|---:|---:|---:|---:|"]
+        lines += [f"### `{study_env.id}`, start `{start}` (noisy-expert ε = {STARTS[start]}), "
+                  f"{updates} updates", "",
+                  "| variant | seeds | held-out % at 0 | 25 % | 50 % | 100 % | gain (pp, 95 % CI) "
+                  "| WM exact % start → end | WM token % start → end | CPU s / run |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for variant, by_seed in cells.items():
             if not by_seed:
                 continue
             rs = list(by_seed.values())
+            mean = lambda f, key="success": mean_ci([at(r, f, key) for r in rs])[0]  # noqa: E731
             gain, half = mean_ci([r["after"] - r["before"] for r in rs])
-            lines.append(f"| {variant} | {len(rs)} | {mean_ci([r['before'] for r in rs])[0]:.1f}"
-                         f" | {mean_ci([r['after'] for r in rs])[0]:.1f} | {gain:+.1f} ± "
-                         f"{half:.1f} | {sum(r['cpu_s'] for r in rs) / len(rs):.0f} |")
-        lines += ["", "| paired comparison | seeds | Δ held-out after (pp, 95 % CI) |",
-                  "|---|---:|---:|"]
+            lines.append(
+                f"| {variant} | {len(rs)} | " + " | ".join(f"{mean(f):.1f}" for f in (0, *QUARTERS))
+                + f" | {gain:+.1f} ± {half:.1f} | {mean(0, 'wm_exact'):.1f} → "
+                f"{mean(1, 'wm_exact'):.1f} | {mean(0, 'wm_token'):.1f} → {mean(1, 'wm_token'):.1f}"
+                f" | {sum(r['cpu_s'] for r in rs) / len(rs):.0f} |")
+        lines += ["", "| paired comparison | seeds | Δ held-out 25 % | Δ 50 % | Δ 100 % (pp, 95 % "
+                  "CI) | Δ WM exact at 100 % | Δ WM token at 100 % |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
         for variant, baseline in PAIRS:
-            seeds = sorted(set(cells[variant]) & set(cells[baseline]))
-            if seeds:
-                diff, half = mean_ci([cells[variant][s]["after"] - cells[baseline][s]["after"]
-                                      for s in seeds])
-                lines.append(f"| {variant} − {baseline} | {len(seeds)} | {diff:+.1f} ± "
-                             f"{half:.1f} |")
+            seeds = sorted(set(cells.get(variant, {})) & set(cells.get(baseline, {})))
+            if len(seeds) < 2:
+                continue
+
+            def diff(fraction: float, key: str = "success") -> str:
+                d, h = mean_ci([at(cells[variant][s], fraction, key)
+                                - at(cells[baseline][s], fraction, key) for s in seeds])
+                return f"{d:+.1f} ± {h:.1f}"
+            lines.append(f"| {variant} − {baseline} | {len(seeds)} | "
+                         + " | ".join(diff(f) for f in QUARTERS)
+                         + f" | {diff(1, 'wm_exact')} | {diff(1, 'wm_token')} |")
         lines.append("")
-    _plot(runs, folder.with_suffix(".png"), STUDY_ENVS[env].id)
     return "\n".join(lines)
 
 
-def _plot(runs, out: Path, env_id: str) -> None:
-    """Training curves per start (a row each): per variant, the mean over seeds with a band of
-    ± one sample standard deviation (the seeds' spread, not a confidence interval)."""
-    from matplotlib.figure import Figure
+#: Variants drawn in the seed-band figures.
+PLOTTED = ("grpo", "grpo_paw", "gigpo", "gigpo_paw", "paw_end_of_turn", "paw_none")
 
-    from training.plots import Run, Series, add_series_legend, draw_panel, panel_keys, \
-        series_colors
 
-    variants = [v for v in ("grpo", "grpo_paw", "gigpo", "gigpo_paw")
-                if any(key[1] == v for key in runs)]
-    color_of = dict(zip(variants, series_colors(len(variants))))  # the same in every row
-    rows = []
+def plot(env: str, work: Path, updates: int | None = None, out_dir: Path = RESULTS
+         ) -> list[Path]:
+    """``paw-gym plot --group`` of every start's runs: held-out success and next-observation
+    accuracy (validation), training success and the leak metric, mean ± sd over seeds; one
+    figure per start, ``<out_dir>/<results>_u<N>_<start>.png``."""
+    from training.cli import main as paw_gym
+
+    study_env = STUDY_ENVS[env]
+    updates = updates or study_env.updates
+    written = []
     for start in STARTS:
-        series = [Series(variant, tuple(Run(f"s{seed}", tuple(r["curve"]), VARIANTS[variant])
-                                        for seed, r in sorted(by_seed.items())))
-                  for variant in variants if (by_seed := runs.get((start, variant)))]
-        if series:
-            rows.append((start, series, panel_keys(series, ("success", "invalid_frac", "reward"))))
-    if not rows:
-        return
-    columns = max(len(keys) for _, _, keys in rows)
-    fig = Figure(figsize=(4.5 * columns, 3.4 * len(rows) + 0.6), layout="constrained")
-    axes = fig.subplots(len(rows), columns, squeeze=False)
-    for row_axes, (start, series, keys) in zip(axes, rows):
-        colors = [color_of[one.label] for one in series]
-        for ax, key in zip(row_axes, keys):
-            draw_panel(ax, key, series, colors, smooth=0.0)  # 8 updates: too few to smooth
-            ax.set_title(f"{ax.get_title()}, start {start}", fontsize=10)
-        for ax in row_axes[len(keys):]:
-            ax.set_visible(False)
-    fig.suptitle(f"{env_id}: training curves, mean ± sd over seeds")
-    seeds = {v: "/".join(map(str, sorted({len(by_seed) for (_, variant), by_seed in runs.items()
-                                          if variant == v}))) for v in variants}
-    add_series_legend(fig, [f"{v} ({seeds[v]} seeds)" for v in variants], list(color_of.values()))
-    fig.savefig(out, dpi=100)
+        groups = [f"{variant}={run_dir(work, updates, f'{start}__{variant}__s')}*"
+                  for variant in PLOTTED
+                  if list(run_dir(work, updates, "").glob(f"{start}__{variant}__s*"))]
+        if not groups:
+            continue
+        out = out_dir / f"{results_dir(updates, study_env).name}_{start}.png"
+        argv = ["plot", *[arg for group in groups for arg in ("--group", group)],
+                "--metrics", "val_success,val_wm_exact,success,wm_leak", "--smooth", "0",
+                "--title", f"{study_env.id}, start {start}: mean ± sd over seeds",
+                "--out", str(out), "--force"]
+        if paw_gym(argv) == 0:
+            written.append(out)
+    return written
 
 
-def world_model_accuracy(env: str, work: Path, updates: int = STUDY_UPDATES) -> str:
-    """Next-observation accuracy (``training.pretrain.next_observation_accuracy``) of each run's
-    final model and of its start, on held-out transitions: 64 noisy-expert (ε = 0.5) episodes
-    on the ``test`` split, the same for every model. PaW's premise is that co-training makes
-    the policy a better predictor of o_next; this measures it. Written to
-    ``<results>_wm.json``; returns a Markdown table with paired differences."""
+#: The pilot's seed: outside every study's seeds, so the budget is not chosen on them.
+PILOT_SEED = 100
+
+
+def pilot(env: str, work: Path, updates: int) -> Path:
+    """Vanilla GRPO from the normal start for ``updates`` updates on :data:`PILOT_SEED`,
+    without validation: the per-update training success from which the env's budget is chosen
+    (where it levels off). Written to ``<results>_pilot.json``."""
     import torch
 
-    from agents.hf_policy import HFPolicy
-    from training.checkpoint import latest_checkpoint
-    from training.pretrain import next_observation_accuracy
-    from training.sft import record_expert_demos
+    from training.config import TrainConfig
+    from training.trainer import PaWTrainer
 
     torch.set_num_threads(1)
     study_env = STUDY_ENVS[env]
-    transitions = work / "wm-held-out"
-    if not transitions.is_dir():
-        record_expert_demos(study_env.id, len(HELD_OUT), transitions, seed=HELD_OUT[0],
-                            epsilon=0.5, max_steps=study_env.max_steps, split="test", **PROMPT)
-    out = results_dir(updates, study_env).with_name(
-        results_dir(updates, study_env).name + "_wm.json")
-    scores = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else {}
-    for path in sorted(results_dir(updates, study_env).glob("*.json")):
-        r = json.loads(path.read_text(encoding="utf-8"))
-        start_key = f"{r['start']}__start"
-        if start_key not in scores:
-            model = build_start(work / f"start-{r['start']}", STARTS[r["start"]], env=study_env)
-            scores[start_key] = next_observation_accuracy(HFPolicy(str(model), device="cpu"),
-                                                          transitions)
-        checkpoint = latest_checkpoint(work / "runs" / f"u{updates}" / path.stem)
-        if path.stem not in scores and checkpoint is not None:
-            policy = HFPolicy(str(checkpoint / "model"), device="cpu")
-            scores[path.stem] = next_observation_accuracy(policy, transitions)
-    out.write_text(json.dumps(scores, indent=1), encoding="utf-8")
-    lines = ["| model | runs | exact next observation % | token % |", "|---|---:|---:|---:|"]
-    for start in STARTS:
-        if f"{start}__start" in scores:
-            s = scores[f"{start}__start"]
-            lines.append(f"| start `{start}` | 1 | {s['exact']:.1f} | {s['token']:.1f} |")
-        for variant in VARIANTS:
-            runs = [v for k, v in scores.items() if k.startswith(f"{start}__{variant}__s")]
-            if runs:
-                lines.append(f"| {start} {variant} | {len(runs)} | "
-                             f"{mean_ci([r['exact'] for r in runs])[0]:.1f} | "
-                             f"{mean_ci([r['token'] for r in runs])[0]:.1f} |")
-    lines += ["", "| paired comparison | seeds | Δ exact (pp, 95 % CI) | Δ token (pp, 95 % CI) |",
-              "|---|---:|---:|---:|"]
-    for start in STARTS:
-        for variant, baseline in PAIRS:
-            seeds = [s for s in range(100) if f"{start}__{variant}__s{s}" in scores
-                     and f"{start}__{baseline}__s{s}" in scores]
-            if not seeds:
-                continue
-            cells = []
-            for metric in ("exact", "token"):
-                diff, half = mean_ci([scores[f"{start}__{variant}__s{s}"][metric]
-                                      - scores[f"{start}__{baseline}__s{s}"][metric]
-                                      for s in seeds])
-                cells.append(f"{diff:+.1f} ± {half:.1f}")
-            lines.append(f"| {start}: {variant} − {baseline} | {len(seeds)} | {cells[0]} | "
-                         f"{cells[1]} |")
-    return "\n".join(lines)
+    start = build_start(work / "start-normal", STARTS["normal"], env=study_env)
+    config = TrainConfig(
+        model=str(start), env_id=study_env.id, env_kwargs={"split": "train"}, template=TEMPLATE,
+        history_length=0, max_episode_steps=study_env.max_steps, max_new_tokens=24,
+        total_steps=updates, max_seq_len=512, seed=PILOT_SEED, lora=False, n_groups=8,
+        group_size=8, lr=3e-4, mini_batch_size=64, algo="grpo", paw=False,
+        output_dir=str(work / "pilot"), overwrite_output_dir=True, save_every=0, device="cpu",
+        progress=False, log_every=0)
+    clock = time.process_time()
+    history = PaWTrainer(config).train()
+    out = RESULTS / f"{study_env.results}_pilot.json"
+    out.write_text(json.dumps({"env": study_env.id, "seed": PILOT_SEED, "updates": updates,
+                               "cpu_s": round(time.process_time() - clock, 1),
+                               "success": [round(h["success"], 4) for h in history]}, indent=1),
+                   encoding="utf-8")
+    return out
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="shelf", choices=list(STUDY_ENVS))
-    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--starts", nargs="+", default=list(STARTS), choices=list(STARTS))
     parser.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, choices=list(VARIANTS))
     parser.add_argument("--workers", type=int, default=1, help="parallel runs (1 thread each)")
     parser.add_argument("--work", default=None,
                         help="models and trainer runs (default: runs/<results folder>)")
-    parser.add_argument("--updates", type=int, default=STUDY_UPDATES,
-                        help="RL updates per run (12: the regression test's budget)")
+    parser.add_argument("--updates", type=int, default=None,
+                        help="RL updates per run (default: the env's budget)")
     parser.add_argument("--report", action="store_true", help="only print the report")
-    parser.add_argument("--world-model", action="store_true",
-                        help="also score every run's final model as a next-observation predictor")
+    parser.add_argument("--pilot", type=int, default=None, metavar="N",
+                        help="only run the budget pilot: vanilla GRPO for N updates on seed "
+                        f"{PILOT_SEED}, printing its training success per update")
     args = parser.parse_args(argv)
+    study_env = STUDY_ENVS[args.env]
+    updates = args.updates or study_env.updates
+    work = Path(args.work or f"runs/{study_env.results}")
+    if args.pilot:
+        path = pilot(args.env, work, args.pilot)
+        print(path.read_text(encoding="utf-8"))
+        return 0
     if not args.report:
-        work = Path(args.work or f"runs/{STUDY_ENVS[args.env].results}")
-        for start in args.starts:  # once, before workers race to build it
-            build_start(work / f"start-{start}", STARTS[start], env=STUDY_ENVS[args.env])
+        for start in args.starts:  # once, before workers race to build them
+            build_start(work / f"start-{start}", STARTS[start], env=study_env)
+        held_out_transitions(work, study_env)
         # Seed-major order: every variant of seed 0 first, so a cut-short study stays paired.
-        cells = [(start, variant, seed) for seed in range(args.seeds) for start in args.starts
-                 for variant in args.variants]
+        cells = [(start, variant, seed)
+                 for seed in range(args.first_seed, args.first_seed + args.seeds)
+                 for start in args.starts for variant in args.variants]
         if args.workers > 1:
             from concurrent.futures import ProcessPoolExecutor
 
             with ProcessPoolExecutor(args.workers) as pool:
                 for path in pool.map(run_cell, *zip(*cells), [work] * len(cells),
-                                     [args.updates] * len(cells), [args.env] * len(cells)):
+                                     [updates] * len(cells), [args.env] * len(cells)):
                     print("done", path.name, flush=True)
         else:
             for cell in cells:
-                print("done", run_cell(*cell, work, args.updates, args.env).name, flush=True)
-    print(report(args.updates, args.env))
-    if args.world_model:
-        work = Path(args.work or f"runs/{STUDY_ENVS[args.env].results}")
-        print(world_model_accuracy(args.env, work, args.updates))
+                print("done", run_cell(*cell, work, updates, args.env).name, flush=True)
+    print(report(args.env, updates))
+    if work.is_dir():
+        for path in plot(args.env, work, updates):
+            print("wrote", path)
     return 0
 
 

@@ -232,13 +232,20 @@ def test_cli_names_the_bad_input(tmp_path):
 
 
 def test_study_plots_draw_seed_bands(tmp_path):
+    import json
+
     from benchmarks import study_report, study_small
 
-    curve = [{"step": s, "success": s / 8, "reward": s, "action_entropy": 1.0,
-              "invalid_frac": 0.1} for s in range(1, 9)]
-    runs = {("normal", "grpo"): {0: {"curve": curve}, 1: {"curve": curve[::-1]}}}
-    study_small._plot(runs, tmp_path / "small.png", "PaW/Shelf-v0")
-    assert (tmp_path / "small.png").stat().st_size > 0
+    for variant, slope in (("grpo", 1.0), ("grpo_paw", 0.5)):
+        for seed in range(2):
+            run = study_small.run_dir(tmp_path / "work", 4, f"normal__{variant}__s{seed}")
+            run.mkdir(parents=True)
+            records = [{"step": s, "success": slope * s / 4, "wm_leak": 0.01 * s,
+                        "val_success": slope * s / 4 + 0.1 * seed, "val_wm_exact": 0.2 + s / 20}
+                       for s in range(5)]
+            (run / "metrics.jsonl").write_text("\n".join(map(json.dumps, records)))
+    [figure] = study_small.plot("shelf", tmp_path / "work", updates=4, out_dir=tmp_path)
+    assert figure == tmp_path / "study_shelf_u4_normal.png" and figure.stat().st_size > 0
     history = [{"step": s, "reward": s, "success": s / 8, "wm_loss": 0.0, "lambda_mean": 1.0}
                for s in range(1, 9)]
     variants = {"grpo": [{"run": {"seed": i}, "config": {"paw": False}, "history": history}

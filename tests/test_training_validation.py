@@ -48,6 +48,26 @@ def test_validation_metrics_are_logged_before_and_during_training(tiny_model_dir
             "val_success/3 items", "val_success/4 items", "val_success/5 items"}
 
 
+def test_validation_reads_the_policy_as_a_world_model_on_held_out_transitions(
+        tiny_model_dir, tmp_path):
+    from training.pretrain import next_observation_accuracy
+    from training.sft import record_expert_demos
+
+    held_out = record_expert_demos("PaW/Shelf-v0", 3, tmp_path / "held-out", seed=10_000,
+                                   epsilon=0.5, max_steps=3, split="test", history_length=0)
+    config = _config(tiny_model_dir, tmp_path / "run", val_every=2, val_limit=2,
+                     val_wm_replay=str(held_out), wm_context="end_of_turn", total_steps=2)
+    trainer = PaWTrainer(config)
+    trainer.train()
+    last = read_metrics(tmp_path / "run" / "metrics.jsonl")[-1]
+    expected = next_observation_accuracy(trainer.policy, held_out, config.max_seq_len,
+                                         "end_of_turn")
+    assert last["val_wm_exact"] == pytest.approx(expected["exact"] / 100)
+    assert last["val_wm_token"] == pytest.approx(expected["token"] / 100)
+    with pytest.raises(ValueError, match="val_wm_replay"):
+        _config(tiny_model_dir, tmp_path / "other", val_wm_replay=str(tmp_path / "missing"))
+
+
 def test_eval_of_a_checkpoint_uses_its_training_settings(tiny_model_dir, tmp_path, capsys):
     PaWTrainer(_config(tiny_model_dir, tmp_path / "run", total_steps=1)).train()
     checkpoint = latest_checkpoint(tmp_path / "run")

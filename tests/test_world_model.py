@@ -199,7 +199,24 @@ def test_cmae_trains_on_the_target_tokens(tiny_model_dir, guess_replay, tmp_path
     assert [r["step"] for r in records] == [1, 2, 3]
     # an untrained model is unsure of almost every token: CMAE keeps (does not clip) them
     assert all(0.0 < r["wm_loss"] <= 1.0 and r["wm_clipped_frac"] < 0.5 for r in records)
-    assert load_policy(checkpoint=out / "model").model is not None
+    policy = load_policy(checkpoint=out / "model")
+
+    # eval-wm reads a cmae output in the form it trained: o_next after h ⊕ a ⊕ the next turn
+    from training.pretrain import next_observation_accuracy
+    from training.world_model import load_examples, select_split
+
+    assert main(["eval-wm", "--checkpoint", str(out), "--out", str(tmp_path / "eval"),
+                 "--name", "cmae"]) == 0
+    table = json.loads((tmp_path / "eval" / "cmae.json").read_text())
+    assert table["meta"]["format"] == "transition" and table["meta"]["wm_context"] == "next_turn"
+    held_out = select_split(load_examples(guess_replay), "validation", 0, 0.1)
+    expected = next_observation_accuracy(
+        policy, [{"h": e.h, "a": e.a, "o_next": e.o_next} for e in held_out], 4096, "next_turn")
+    overall = table["rows"][-1]
+    assert overall["transitions"] == expected["transitions"] == len(held_out)
+    assert (overall["exact"], overall["token"]) == pytest.approx((expected["exact"],
+                                                                  expected["token"]))
+    assert not (tmp_path / "eval" / "cmae.predictions.jsonl").exists()
 
 
 def test_rwml_grpo_from_the_sft_model(sft_model, guess_replay, tmp_path):

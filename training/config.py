@@ -209,6 +209,11 @@ class TrainConfig:
     that generates tasks from seeds plays 100)."""
     val_temperature: float | None = None
     """Validation sampling temperature (None: 0.4, search QA 0.0, as the paper validates)."""
+    val_wm_replay: str | None = None
+    """A WM replay of held-out transitions on which every validation also reads the policy as
+    a world model, in this run's ``wm_context``: ``val_wm_exact`` (share of next observations
+    greedy decoding reproduces exactly) and ``val_wm_token`` (share of their tokens that are
+    the argmax); ``training.pretrain.next_observation_accuracy``. None: not measured."""
     # -- bookkeeping --------------------------------------------------------------------------
     seed: int = 0
     """One seed for Python, NumPy, torch and the envs."""
@@ -300,6 +305,8 @@ class TrainConfig:
             raise bad("val_every", "an integer >= 0 (0: no validation)")
         if self.val_limit is not None and self.val_limit < 1:
             raise bad("val_limit", "an integer >= 1 or none (every task)")
+        if self.val_wm_replay is not None and not Path(self.val_wm_replay).is_dir():
+            raise bad("val_wm_replay", "a WM replay folder (e.g. from paw-gym play --replay)")
 
 
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps|xpu(:\d+)?")

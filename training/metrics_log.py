@@ -11,7 +11,7 @@ from typing import Any
 CURVES = ("reward", "val_return", "success", "val_success", "val_score", "invalid_frac",
           "val_invalid_frac", "episode_length", "val_episode_length", "policy_loss", "clip_frac",
           "kl", "action_entropy", "lambda_mean", "wm_leak", "wm_loss", "wm_clipped_frac",
-          "tokens_per_s")
+          "val_wm_exact", "val_wm_token", "tokens_per_s")
 
 
 class MetricsLogger:

@@ -68,6 +68,8 @@ METRICS: dict[str, tuple[str, str, float]] = {
     "val_score": ("held-out score", "% of the maximum score", 100.0),
     "val_invalid_frac": ("held-out invalid actions", "% of steps", 100.0),
     "val_episode_length": ("held-out episode length", "steps", 1.0),
+    "val_wm_exact": ("held-out next observations predicted exactly", "% of transitions", 100.0),
+    "val_wm_token": ("held-out next-observation tokens predicted", "% of tokens", 100.0),
 }
 #: Training metric -> its validation counterpart, drawn in the same panel.
 VALIDATION_OF = {"reward": "val_return", "success": "val_success",

@@ -263,6 +263,13 @@ class PaWTrainer:
                    "val_invalid_frac": overall.invalid / 100, "val_episodes": overall.episodes}
         for row in result.rows[:-1]:
             metrics[f"val_success/{row.task_type}"] = row.success / 100
+        if config.val_wm_replay and world.is_main:  # only rank 0 logs it
+            from training.pretrain import next_observation_accuracy
+
+            with torch.no_grad():
+                scores = next_observation_accuracy(self.policy, config.val_wm_replay,
+                                                   config.max_seq_len, config.wm_context)
+            metrics.update(val_wm_exact=scores["exact"] / 100, val_wm_token=scores["token"] / 100)
         return metrics
 
     def _record_rollout(self, folder: Path) -> None:

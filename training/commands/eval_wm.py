@@ -1,16 +1,21 @@
 """``paw-gym eval-wm``: how well a model predicts next observations on a replay's held-out
 transitions, per task type and overall.
 
-For each transition the model samples --samples answers in the world-model prompt format
-(docs/world_models.md); the table gives the mean embedding cosine between predicted and real
-next observations, the % at or above tau, the % exactly right, and the % of GRPO groups (the
-samples of one transition) whose embedding rewards are not all equal. It writes
-<name>.predictions.jsonl, <name>.md and <name>.json; --from_predictions recomputes the table
-from a predictions file without the model.
+Two readings (--format). prompted: for each transition the model samples --samples answers
+in the world-model prompt format (docs/world_models.md); the table gives the mean embedding
+cosine between predicted and real next observations, the % at or above tau, the % exactly right,
+and the % of GRPO groups (the samples of one transition) whose embedding rewards are not all
+equal; it writes <name>.predictions.jsonl, <name>.md and <name>.json, and --from_predictions
+recomputes the table from a predictions file without the model. transition: the policy's own
+world model, read where the PaW term (and train-wm's cmae) trains it: o_next teacher-forced
+after chat(h) ⊕ a ⊕ the --wm_context separator, the % of next observations greedy decoding
+reproduces exactly and the % of their tokens that are the argmax; it writes <name>.md and
+<name>.json.
 
 Examples:
   paw-gym eval-wm --checkpoint runs/wm-rwml --replay runs/shelf-replay
   paw-gym eval-wm --checkpoint runs/paw/step-000100 --replay runs/shelf-replay --name paw
+  paw-gym eval-wm --checkpoint runs/paw/step-000100 --replay runs/shelf-replay --format transition
   paw-gym eval-wm --from_predictions runs/eval-wm/paw.predictions.jsonl --tau 0.9 --name paw-0.9
 """
 
@@ -21,6 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
+from training.serialization import WMContext
 from training.world_model import DEFAULT_TAU
 
 
@@ -36,6 +42,13 @@ class EvalWMArguments:
     """train-wm output folder, trainer checkpoint (paw-gym train), saved model or adapter."""
     from_predictions: str | None = None
     """Recompute the table from this predictions file (no model, no replay)."""
+    format: Literal["prompted", "transition"] | None = None
+    """prompted (sampled answers to the world-model prompt: rwml's and sft's format) or
+    transition (o_next teacher-forced after chat(h) ⊕ a ⊕ separator: the PaW term's and cmae's
+    format). None: transition for a train-wm cmae output, else prompted."""
+    wm_context: WMContext | None = None
+    """transition: the separator before o_next (None: the checkpoint's own, from train-wm's
+    or the trainer's config, else next_turn)."""
     split: Literal["validation", "train", "all"] = "validation"
     """Transitions to evaluate: the held-out episodes, the training ones, or all."""
     val_fraction: float | None = None
@@ -81,13 +94,55 @@ def run(args) -> int:
 
 
 def trained_wm_settings(checkpoint: str | None) -> dict:
-    """``wm_config.json`` of a train-wm output folder (its replay and split), or {}."""
+    """``wm_config.json`` of a train-wm output folder (its replay, split, method and
+    wm_context), or {}."""
     path = Path(checkpoint or "") / "wm_config.json"
     if not checkpoint or not path.is_file():
         return {}
     saved = json.loads(path.read_text(encoding="utf-8"))
     return {"replay": saved.get("replay"), "split_key": saved.get("split_key"),
-            **{k: saved["config"][k] for k in ("seed", "val_fraction")}}
+            **{k: saved["config"].get(k) for k in ("seed", "val_fraction", "method",
+                                                    "wm_context")}}
+
+
+def checkpoint_wm_context(checkpoint: str | None, trained: dict) -> str:
+    """The wm_context a checkpoint was trained with: train-wm's, a trainer checkpoint's
+    (``state.json``), else the default next_turn."""
+    state = Path(checkpoint or "") / "state.json"
+    if trained.get("wm_context"):
+        return trained["wm_context"]
+    if checkpoint and state.is_file():
+        return json.loads(state.read_text(encoding="utf-8")).get("config", {}).get(
+            "wm_context", "next_turn")
+    return "next_turn"
+
+
+def transition_rows(policy, examples, wm_context: str, max_seq_len: int) -> list[dict]:
+    """Per task type (sorted) and overall: transitions, exact % and token % of the policy's
+    teacher-forced next-observation prediction (``next_observation_accuracy``)."""
+    from training.pretrain import next_observation_accuracy
+    from training.world_model import OVERALL
+
+    groups: dict[str, list] = {}
+    for example in examples:
+        groups.setdefault(example.task_type, []).append(example)
+    rows = []
+    for name, items in [*sorted(groups.items()), (OVERALL, list(examples))]:
+        scores = next_observation_accuracy(
+            policy, [{"h": e.h, "a": e.a, "o_next": e.o_next} for e in items], max_seq_len,
+            wm_context)
+        rows.append({"task_type": name, "transitions": scores["transitions"],
+                     "exact": scores["exact"], "token": scores["token"]})
+    return rows
+
+
+def transition_markdown(rows: list[dict], title: str, wm_context: str) -> str:
+    lines = [f"### {title}", "", f"o_next teacher-forced after chat(h) ⊕ a ⊕ the `{wm_context}` "
+             "separator.", "", "| task type | transitions | exact % | token % |",
+             "|---|---:|---:|---:|"]
+    lines += [f"| {r['task_type']} | {r['transitions']} | {r['exact']:.1f} | {r['token']:.1f} |"
+              for r in rows]
+    return "\n".join(lines) + "\n"
 
 
 def evaluate_world_model(arguments: EvalWMArguments) -> int:
@@ -115,8 +170,12 @@ def evaluate_world_model(arguments: EvalWMArguments) -> int:
         trained.get("val_fraction", 0.1)
     if not 0.0 <= val_fraction < 1.0:
         raise UserError(f"--val_fraction must be in [0, 1), got {val_fraction}")
+    fmt = arguments.format or ("transition" if trained.get("method") == "cmae" else "prompted")
+    if fmt == "transition" and arguments.from_predictions:
+        raise UserError("--from_predictions recomputes a prompted table; --format transition "
+                        "needs the model")
     meta = {"tau": arguments.tau, "embedding_model": arguments.embedding_model,
-            "arguments": asdict(arguments)}
+            "arguments": asdict(arguments), "format": fmt}
     if arguments.from_predictions:
         if not Path(arguments.from_predictions).is_file():
             raise UserError(f"--from_predictions {arguments.from_predictions!r} is not a file")
@@ -149,7 +208,8 @@ def evaluate_world_model(arguments: EvalWMArguments) -> int:
                     val_fraction=val_fraction, transitions=len(examples),
                     model=arguments.model, checkpoint=arguments.checkpoint)
     out = Path(arguments.out)
-    files = [out / f"{name}.{suffix}" for suffix in ("md", "json", "predictions.jsonl")]
+    suffixes = ("md", "json") if fmt == "transition" else ("md", "json", "predictions.jsonl")
+    files = [out / f"{name}.{suffix}" for suffix in suffixes]
     existing = [str(p) for p in files if p.exists()]
     if existing and not arguments.overwrite:
         raise UserError(f"{existing[0]} already exists; choose another --name or --out, or "
@@ -165,6 +225,17 @@ def evaluate_world_model(arguments: EvalWMArguments) -> int:
             policy = load_policy(arguments.model, checkpoint, arguments.device, arguments.seed)
         except (ValueError, FileNotFoundError, OSError) as error:
             raise UserError(str(error)) from error
+        if fmt == "transition":
+            context = arguments.wm_context or checkpoint_wm_context(arguments.checkpoint, trained)
+            rows = transition_rows(policy, examples, context, max_seq_len=4096)
+            meta["wm_context"] = context
+            out.mkdir(parents=True, exist_ok=True)
+            files[0].write_text(transition_markdown(rows, name, context), encoding="utf-8")
+            files[1].write_text(json.dumps({"meta": meta, "rows": rows}, indent=2),
+                                encoding="utf-8")
+            print(transition_markdown(rows, name, context))
+            print("written: " + ", ".join(map(str, files)))
+            return 0
         print(f"predicting {len(examples)} {arguments.split} transitions x {arguments.samples} "
               "samples")
         records = predict(policy, examples, arguments.samples,
