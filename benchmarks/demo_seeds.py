@@ -5,11 +5,12 @@ teach the policy to write environment text as its action. This runs the whole de
 base pretrained on them, GRPO ± PaW, every held-out Shelf task × 4 before and after RL) for
 seeds 0..N−1 and these variants:
 
-* ``next_turn``, ``end_of_turn``, ``none``: GRPO + PaW, the base pretrained in the same
-  serialisation as the PaW term (what ``paw-gym demo --wm_context X`` does);
-* ``none_on_eot_base``: the pipeline before the fix (base pretrained with an end-of-turn
-  token, PaW term right after the action);
-* ``vanilla_<context>``: GRPO without PaW from each of those bases.
+* ``next_turn``, ``end_of_turn``: GRPO + PaW, the base pretrained in the same serialisation
+  as the PaW term (what ``paw-gym demo --wm_context X`` does);
+* ``none``: the pipeline before the fix: the base pretrained with an end-of-turn token (as it
+  was), the PaW term right after the action;
+* ``vanilla_next_turn``, ``vanilla_end_of_turn``: GRPO without PaW from each base (the second
+  is also the vanilla run of ``none``, whose base it shares).
 
 Paired design: a seed fixes the demos, the base of each serialisation, the RL tasks and the
 sampling, so PaW − vanilla and context − context differences are taken per seed. A run
@@ -17,7 +18,7 @@ sampling, so PaW − vanilla and context − context differences are taken per s
 and after, the per-update curves with the leak metric, CPU time) is one JSON file in
 ``benchmarks/results/demo_seeds/``; existing files are skipped, so the script resumes.
 
-    python benchmarks/demo_seeds.py --seeds 10 --workers 2     # ~2 h on 2 cores
+    python benchmarks/demo_seeds.py --seeds 10 --workers 2
     python benchmarks/demo_seeds.py --report
 """
 
@@ -39,17 +40,14 @@ WORK = Path(__file__).resolve().parents[1] / "runs" / "demo_seeds"
 VARIANTS: dict[str, dict[str, Any]] = {
     "next_turn": {"wm_context": "next_turn"},
     "end_of_turn": {"wm_context": "end_of_turn"},
-    "none": {"wm_context": "none"},
-    "none_on_eot_base": {"wm_context": "none", "pretrain_wm_context": "end_of_turn"},
+    "none": {"wm_context": "none", "pretrain_wm_context": "end_of_turn"},
     "vanilla_next_turn": {"wm_context": "next_turn", "paw": False},
     "vanilla_end_of_turn": {"wm_context": "end_of_turn", "paw": False},
-    "vanilla_none": {"wm_context": "none", "paw": False},
 }
 #: (variant, baseline) pairs of the report.
 PAIRS = [("next_turn", "vanilla_next_turn"), ("end_of_turn", "vanilla_end_of_turn"),
-         ("none", "vanilla_none"), ("none_on_eot_base", "vanilla_end_of_turn"),
-         ("next_turn", "end_of_turn"), ("next_turn", "none"), ("end_of_turn", "none"),
-         ("end_of_turn", "none_on_eot_base")]
+         ("none", "vanilla_end_of_turn"), ("next_turn", "end_of_turn"), ("next_turn", "none"),
+         ("end_of_turn", "none")]
 CURVE_KEYS = ("success", "val_success", "invalid_frac", "wm_leak", "lambda_mean", "lambda_max",
               "wm_loss")
 
