@@ -57,7 +57,7 @@ class StudyEnv:
 
 
 STUDY_ENVS = {
-    "shelf": StudyEnv("PaW/Shelf-v0", max_steps=6, results="study_shelf", updates=24),
+    "shelf": StudyEnv("PaW/Shelf-v0", max_steps=6, results="study_shelf", updates=16),
     # The 4x4 maps' shortest paths are 6 moves; 10 leaves room for a detour.
     "frozenlake": StudyEnv("PaW/FrozenLake-v0", max_steps=10, results="study_frozenlake",
                            updates=32),

@@ -96,3 +96,59 @@ def test_every_world_model_path_serialises_a_transition_the_same_way(policy, con
     assert sample.obs_start == pretraining.obs_start == offline.obs_start
     assert sample.obs_len == pretraining.obs_len == offline.obs_len == len(_ids(policy, O))
     assert sample.leak_target == _ids(policy, O)[0]
+
+
+#: Three transitions of the guessing game, as fixed rollouts and as pretraining transcripts.
+_STEPS = [(f"Your task is to: find the hidden number. Last guess {n}.",
+           f"<think>go up</think><action>guess {n}</action>", obs)
+          for n, obs in ((2, "Go higher."), (5, "Go lower."), (3, "Correct!"))]
+
+
+def _fixed_rollouts(policy, seeds, group_size, temperature, seed):
+    """The same transitions in every group, all with reward 0: advantages are 0, so only the
+    world-model term can move the weights."""
+    trajectories = []
+    for group, task in enumerate(seeds):
+        for _ in range(group_size):
+            steps = []
+            for h, a, o in _STEPS:
+                prompt, _ = policy.encode_prompt(h, max_new_tokens=1)
+                response = _ids(policy, a)
+                output = PolicyOutput(a, prompt, response, [-1.0] * len(response),
+                                      [1.0] * len(response))
+                steps.append(Transition(h, output, "guess", o, 0.0, False, False, False))
+            trajectories.append(Trajectory(f"t{task}", "guess", group, steps))
+    return trajectories
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_paw_in_the_next_turn_keeps_the_leak_at_the_vanilla_level(tiny_model_dir, tmp_path):
+    """A base that knows the world in the next-turn form (pretrained on these transcripts):
+    PaW's CMAE term in that form leaves the leak metric where vanilla RL leaves it, while the
+    old serialisation (o_{t+1} in the policy's own turn) raises it at once."""
+    from training.pretrain import PretrainConfig, run_pretrain
+    from training.trainer import PaWTrainer
+    from wrappers import WMReplay
+
+    with WMReplay(tmp_path / "transcripts") as replay:
+        for i, (h, a, o) in enumerate(_STEPS):
+            replay.append({"h": h, "a": a, "o_next": o, "reward": 0.0, "terminated": False,
+                           "truncated": False, "task_id": "t", "task_type": "guess",
+                           "episode_id": f"e{i}", "step": 0})
+    base, _ = run_pretrain(PretrainConfig(
+        model=str(tiny_model_dir), replay=str(tmp_path / "transcripts"),
+        output_dir=str(tmp_path / "base"), steps=40, batch_size=3, lr=3e-3, device="cpu",
+        progress=False))
+    leaks = {}
+    for name, settings in (("vanilla", {"paw": False}), ("next_turn", {}),
+                           ("none", {"wm_context": "none"})):
+        config = TrainConfig(model=str(base), env_id="Test/GuessNumber-v0", lora=False,
+                             n_groups=2, group_size=2, total_steps=4, lr=3e-3, alpha=1.0,
+                             output_dir=str(tmp_path / name), progress=False, log_every=0,
+                             save_every=0, device="cpu", record_replay=False, **settings)
+        policy = HFPolicy(str(base), device="cpu")
+        history = PaWTrainer(config, policy=policy, collect=_fixed_rollouts).train()
+        leaks[name] = [h["wm_leak"] for h in history]
+    assert max(leaks["vanilla"]) < 0.05  # the base ends its turn after </action>
+    assert max(leaks["next_turn"]) <= max(leaks["vanilla"]) + 0.01
+    assert max(leaks["none"]) > max(leaks["vanilla"]) + 0.1

@@ -470,8 +470,8 @@ class PaWTrainer:
             for rows in self._micro_batches(batch, mine, False):
                 mb = collate(batch.samples, rows, self.policy.pad_id, self.device, with_obs=False)
                 logprobs = gather_logprobs(reference, mb, score_obs=False,
-                                              action_temperature=self.settings.action_temperature,
-                                              chunk_size=self.config.logits_chunk).logprobs
+                                           action_temperature=self.settings.action_temperature,
+                                           chunk_size=self.config.logits_chunk).logprobs
                 for r, i in enumerate(rows):
                     s = batch.samples[i]
                     scored[i] = logprobs[r, s.prompt_len:s.prompt_len + s.action_len].tolist()
@@ -487,8 +487,8 @@ class PaWTrainer:
         for micro in self._micro_batches(batch, self._own_rows(batch, rows)):
             mb = collate(batch.samples, micro, self.policy.pad_id, self.device)
             logprobs = gather_logprobs(self.model, mb, score_obs=True,
-                                          action_temperature=self.settings.action_temperature,
-                                          chunk_size=self.config.logits_chunk).logprobs
+                                       action_temperature=self.settings.action_temperature,
+                                       chunk_size=self.config.logits_chunk).logprobs
             for r, i in enumerate(micro):
                 s = batch.samples[i]
                 start = s.obs_start

@@ -577,7 +577,7 @@ def rwml_step(policy, optimizer, reference, examples: Sequence[WMExample], rewar
             for chunk in batches:
                 batch = collate(samples, chunk, policy.pad_id, device, with_obs=False)
                 logprobs = gather_logprobs(reference_model, batch, score_obs=False,
-                                              action_temperature=config.temperature).logprobs
+                                           action_temperature=config.temperature).logprobs
                 for row, index in enumerate(chunk):
                     s = samples[index]
                     s.ref_logprobs = logprobs[row, s.prompt_len:s.prompt_len + s.action_len
