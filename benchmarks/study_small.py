@@ -186,7 +186,7 @@ def train_and_evaluate(start: Path, output_dir: Path, seed: int = 0, updates: in
         history_length=0, max_episode_steps=env.max_steps, max_new_tokens=24,
         total_steps=updates, max_seq_len=512, seed=seed, output_dir=str(output_dir),
         overwrite_output_dir=True, save_every=0, device="cpu", progress=False, log_every=0,
-        val_every=max(1, updates // MILESTONES), val_before_train=True, val_split="test",
+        record_replay=False, val_every=max(1, updates // MILESTONES), val_before_train=True, val_split="test",
         val_temperature=VAL_TEMPERATURE,
         val_wm_replay=str(wm_transitions) if wm_transitions else None,
         **{**settings, **overrides})
