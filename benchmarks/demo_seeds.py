@@ -54,22 +54,30 @@ CURVE_KEYS = ("success", "val_success", "invalid_frac", "wm_leak", "lambda_mean"
               "wm_loss")
 
 
-def build_base(seed: int, context: str) -> str:
-    """Record the demos and build (or find cached) the base of ``seed`` pretrained in
-    ``context``; returns its cache folder."""
-    import torch
-
-    from training.demo import DemoConfig, cached_base
+def record_demos(seed: int) -> Path:
+    """The demo replay of ``seed``, as ``paw-gym demo`` records it (recorded once; before the
+    workers start, so that two of them never write one replay)."""
+    from training.demo import DemoConfig
     from training.sft import record_expert_demos
 
-    torch.set_num_threads(1)
-    config = DemoConfig(seed=seed, wm_context=context)
+    config = DemoConfig(seed=seed)
     demos = WORK / f"demos-s{seed}"
     if not demos.is_dir():
         record_expert_demos(config.env_id, config.expert_episodes, demos, seed=seed,
                             max_steps=config.max_steps, split=config.train_split,
                             epsilon=config.expert_epsilon, history_length=config.history_length)
-    folder, _ = cached_base(config, demos)
+    return demos
+
+
+def build_base(seed: int, context: str) -> str:
+    """Build (or find cached) the base of ``seed`` pretrained in ``context`` from the demos of
+    :func:`record_demos`; returns its cache folder."""
+    import torch
+
+    from training.demo import DemoConfig, cached_base
+
+    torch.set_num_threads(1)
+    folder, _ = cached_base(DemoConfig(seed=seed, wm_context=context), WORK / f"demos-s{seed}")
     return str(folder)
 
 
@@ -172,6 +180,8 @@ def main(argv=None) -> int:
         # Bases first (each once), then the runs, seed-major so a cut-short study stays paired.
         bases = [(seed, context) for seed in seeds for context in contexts]
         cells = [(variant, seed) for seed in seeds for variant in args.variants]
+        for seed in seeds:
+            record_demos(seed)
         with ProcessPoolExecutor(args.workers) as pool:
             for folder in pool.map(build_base, *zip(*bases)):
                 print("base", folder, flush=True)
