@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from pathlib import Path
 
 import pytest
 
@@ -59,7 +60,9 @@ def changed_train_config() -> TrainConfig:
                           for f in dataclasses.fields(TrainConfig)})
 
 
-def test_every_train_config_field_round_trips_through_its_flag():
+def test_every_train_config_field_round_trips_through_its_flag(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("a path/with spaces").mkdir(parents=True)  # val_wm_replay must name a folder
     config = changed_train_config()
     defaults = TrainConfig()
     same = [f.name for f in dataclasses.fields(config)
