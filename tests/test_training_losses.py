@@ -250,6 +250,22 @@ def test_grpo_singleton_and_constant_groups():
     assert adv.grpo(torch.tensor([1.0, 3.0]), [0, 0], normalize=False).tolist() == [-1.0, 1.0]
 
 
+@pytest.mark.parametrize("total", [10 - 0.1, sum([-0.1] * 6), 10 - 0.1 * 3])
+def test_a_group_of_equal_returns_that_floats_cannot_hold_exactly_gets_zero(total):
+    # In float32 the mean of eight 9.9s is one ulp (~1e-6, the size of EPS) off: every member
+    # of a group that had all won got advantage -0.47.
+    returns = torch.tensor([total] * 8 + [total, total + 1.0])
+    groups = [0] * 8 + [1, 1]
+    for normalize in (True, False):
+        out = adv.grpo(returns, groups, normalize=normalize)
+        assert out[:8].tolist() == [0.0] * 8
+        assert abs(out[8].item()) == pytest.approx(0.7071 if normalize else 0.5, abs=1e-4)
+        assert adv.rloo(returns, groups)[:8].abs().max() < 1e-6
+    steps = adv.gigpo(returns[:8], [0] * 8, [torch.tensor([-0.1] * 5 + [total + 0.5])] * 8,
+                      [[f"s{t}" for t in range(6)]] * 8)
+    assert torch.cat(steps).tolist() == [0.0] * 48
+
+
 def test_rloo_leave_one_out():
     out = adv.rloo(torch.tensor([1.0, 2.0, 6.0, 4.0]), [0, 0, 0, 1])
     # 1 - (2+6)/2 = -3 ; 2 - (1+6)/2 = -1.5 ; 6 - (1+2)/2 = 4.5 ; singleton keeps 4

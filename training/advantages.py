@@ -7,6 +7,12 @@ raw return passes through. A GiGPO *step* group of one step (an anchor state see
 step advantage of 0, as in GiGPO's step-level normalisation and verl-agent's reference code:
 its mean is its own return, so there is no relative signal.
 
+Group statistics are taken in float64, and a group whose members are all equal is centred on
+their common value exactly and not divided, so it gets advantage 0 (what is left of a member
+is only a GiGPO step penalty). In float32 the mean of eight returns of 9.9 is one ulp
+(≈ 1e-6, the size of ``EPS``) off, and such a group, won by every rollout, got advantage
+−0.47 on every token.
+
 ``normalize=False`` everywhere is the "Dr. GRPO" variant: mean-centring without the division by
 the group std, which otherwise scales a group whose returns differ only by small penalties
 (e.g. −0.1 for an invalid action) to advantages of ±1, as strong as a win.
@@ -34,18 +40,24 @@ def _groups(keys: Sequence[Hashable]) -> dict[Hashable, list[int]]:
     return members
 
 
-def _group_stats(values: torch.Tensor, keys: Sequence[Hashable]
+def _group_stats(values: torch.Tensor, keys: Sequence[Hashable], eps: float
                  ) -> dict[Hashable, tuple[torch.Tensor, torch.Tensor]]:
-    """``(mean, unbiased std)`` of each group; a group of one member gets ``(0, 1)`` (verl's
-    convention: its raw value passes through)."""
-    values = torch.as_tensor(values, dtype=torch.float32).reshape(-1)
+    """``(mean, divisor)`` of each group, in float64: ``(mean, unbiased std + eps)``; a group
+    of one member gets ``(0, 1)`` (verl's convention: its raw value passes through), a group of
+    equal members ``(their value, 1)``, so that it centres to exactly 0."""
+    values = torch.as_tensor(values, dtype=torch.float64).reshape(-1)
     if len(keys) != values.numel():
         raise ValueError(f"{len(keys)} group keys for {values.numel()} values")
+    one = torch.ones((), dtype=torch.float64)
     stats = {}
     for key, indices in _groups(keys).items():
         group = values[torch.tensor(indices)]
-        stats[key] = (torch.zeros(()), torch.ones(())) if len(indices) == 1 else \
-            (group.mean(), group.std())
+        if len(indices) == 1:
+            stats[key] = (torch.zeros((), dtype=torch.float64), one)
+        elif bool((group == group[0]).all()):
+            stats[key] = (group[0], one)
+        else:
+            stats[key] = (group.mean(), group.std() + eps)
     return stats
 
 
@@ -54,17 +66,17 @@ def _group_normalize(values: torch.Tensor, keys: Sequence[Hashable], normalize: 
     """(x − mean_group) / (std_group + eps) per group (unbiased std), or just x − mean.
 
     A group of one member keeps its raw value, or gets 0 with ``singleton_zero``."""
-    values = torch.as_tensor(values, dtype=torch.float32).reshape(-1)
-    stats = _group_stats(values, keys)
+    values = torch.as_tensor(values, dtype=torch.float64).reshape(-1)
+    stats = _group_stats(values, keys, eps)
     out = torch.empty_like(values)
     for key, indices in _groups(keys).items():
         idx = torch.tensor(indices)
         group = values[idx]
-        mean, std = stats[key]
+        mean, divisor = stats[key]
         if singleton_zero and len(indices) == 1:
             mean = group[0]
-        out[idx] = (group - mean) / (std + eps) if normalize else group - mean
-    return out
+        out[idx] = (group - mean) / divisor if normalize else group - mean
+    return out.float()
 
 
 def grpo(returns: torch.Tensor, group_ids: Sequence[Hashable], normalize: bool = True,
@@ -81,7 +93,7 @@ def grpo(returns: torch.Tensor, group_ids: Sequence[Hashable], normalize: bool =
 
 def rloo(returns: torch.Tensor, group_ids: Sequence[Hashable]) -> torch.Tensor:
     """RLOO advantage: R_i − mean_{j ≠ i, j ∈ g} R_j (singleton groups keep R_i)."""
-    returns = torch.as_tensor(returns, dtype=torch.float32).reshape(-1)
+    returns = torch.as_tensor(returns, dtype=torch.float64).reshape(-1)
     if len(group_ids) != returns.numel():
         raise ValueError(f"{len(group_ids)} group keys for {returns.numel()} returns")
     out = returns.clone()
@@ -91,14 +103,16 @@ def rloo(returns: torch.Tensor, group_ids: Sequence[Hashable]) -> torch.Tensor:
             idx = torch.tensor(indices)
             group = returns[idx]
             out[idx] = group - (group.sum() - group) / (k - 1)
-    return out
+    return out.float()
 
 
 def discounted_returns(rewards: torch.Tensor, gamma: float) -> torch.Tensor:
     """G_t = Σ_k γ^k r_{t+k} within one trajectory (``rewards``: ``[T]``)."""
-    rewards = torch.as_tensor(rewards, dtype=torch.float32).reshape(-1)
+    rewards = torch.as_tensor(rewards).reshape(-1)
+    if rewards.dtype != torch.float64:  # float64 stays (GiGPO's groups compare exactly)
+        rewards = rewards.float()
     out = torch.empty_like(rewards)
-    running = torch.zeros(())
+    running = torch.zeros((), dtype=rewards.dtype)
     for t in range(rewards.numel() - 1, -1, -1):
         running = rewards[t] + gamma * running
         out[t] = running
@@ -153,15 +167,15 @@ def gigpo(episode_returns: torch.Tensor, group_ids: Sequence[Hashable],
                          f"{len(step_rewards)} reward lists, {len(anchor_keys)} anchor lists")
     if step_penalties is not None and len(step_penalties) != n:
         raise ValueError(f"gigpo: {len(step_penalties)} penalty lists for {n} trajectories")
-    returns = torch.as_tensor(episode_returns, dtype=torch.float32).reshape(-1)
+    returns = torch.as_tensor(episode_returns, dtype=torch.float64).reshape(-1)
     flat_returns, flat_keys, scores, score_keys, lengths = [], [], [], [], []
     for i in range(n):
-        rewards = torch.as_tensor(step_rewards[i], dtype=torch.float32).reshape(-1)
+        rewards = torch.as_tensor(step_rewards[i], dtype=torch.float64).reshape(-1)
         if len(anchor_keys[i]) != rewards.numel():
             raise ValueError(f"trajectory {i}: {rewards.numel()} rewards but "
                              f"{len(anchor_keys[i])} anchor keys")
         own = torch.zeros_like(rewards) if step_penalties is None else \
-            torch.as_tensor(step_penalties[i], dtype=torch.float32).reshape(-1)
+            torch.as_tensor(step_penalties[i], dtype=torch.float64).reshape(-1)
         if own.numel() != rewards.numel():
             raise ValueError(f"trajectory {i}: {rewards.numel()} rewards but {own.numel()} "
                              "penalties")
@@ -175,14 +189,15 @@ def gigpo(episode_returns: torch.Tensor, group_ids: Sequence[Hashable],
     if episode_norm == "step":
         episode = _group_normalize(torch.cat(scores), score_keys, normalize, eps)
     else:
-        stats = _group_stats(returns, group_ids)
+        stats = _group_stats(returns, group_ids, eps)
         mean = torch.stack([stats[key][0] for key in score_keys])
-        std = torch.stack([stats[key][1] for key in score_keys])
+        divisor = torch.stack([stats[key][1] for key in score_keys])
         centred = torch.cat(scores) - mean
-        episode = centred / (std + eps) if normalize else centred
+        episode = centred / divisor if normalize else centred
     step = _group_normalize(torch.cat(flat_returns), flat_keys, normalize, eps,
                             singleton_zero=True)
-    return [e + omega * part for e, part in zip(episode.split(lengths), step.split(lengths))]
+    return [(e + omega * part).float()
+            for e, part in zip(episode.split(lengths), step.split(lengths))]
 
 
 def cluster_similar_states(group_ids: Sequence[Hashable], anchor_keys: Sequence[Sequence[str]],

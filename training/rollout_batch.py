@@ -57,7 +57,7 @@ def step_advantages(trajectories: list[Trajectory], config: TrainConfig,
                     values: list[list[float]] | None = None) -> list[list[float]]:
     """Advantage of every step of every trajectory (per-trajectory lists)."""
     groups = [t.group_index for t in trajectories]
-    returns = torch.tensor([t.total_reward for t in trajectories], dtype=torch.float32)
+    returns = torch.tensor([t.total_reward for t in trajectories], dtype=torch.float64)
     if config.algo in ("grpo", "rloo"):
         episode = (adv.grpo(returns, groups, normalize=config.norm_adv_by_std)
                    if config.algo == "grpo" else adv.rloo(returns, groups))
@@ -65,10 +65,11 @@ def step_advantages(trajectories: list[Trajectory], config: TrainConfig,
     if config.algo == "gigpo":
         per_step = config.gigpo_penalty == "step"
         if per_step:  # verl-agent: penalty-free returns, each step charged its own penalty
-            returns = torch.tensor([t.task_return for t in trajectories], dtype=torch.float32)
-        rewards = [torch.tensor([s.task_reward if per_step else s.reward for s in t.transitions])
+            returns = torch.tensor([t.task_return for t in trajectories], dtype=torch.float64)
+        rewards = [torch.tensor([s.task_reward if per_step else s.reward for s in t.transitions],
+                                dtype=torch.float64)
                    for t in trajectories]
-        penalties = [torch.tensor([s.format_penalty for s in t.transitions])
+        penalties = [torch.tensor([s.format_penalty for s in t.transitions], dtype=torch.float64)
                      for t in trajectories] if per_step else None
         steps = adv.gigpo(returns, groups, rewards, [anchor_keys(t) for t in trajectories],
                           gamma=config.gamma, omega=config.omega,
