@@ -114,6 +114,7 @@ def test_resume_says_where_it_continues_and_warns_about_changed_settings(tiny_mo
 
 INTERRUPTED = textwrap.dedent("""
     import os, signal, sys
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job ignores it
     sys.path[:0] = [{repo!r}, {tests!r}]
     import torch; torch.set_num_threads(1)
     import envs  # noqa: F401  (registers Test/*)
