@@ -107,12 +107,11 @@ def rloo(returns: torch.Tensor, group_ids: Sequence[Hashable]) -> torch.Tensor:
 
 
 def discounted_returns(rewards: torch.Tensor, gamma: float) -> torch.Tensor:
-    """G_t = Σ_k γ^k r_{t+k} within one trajectory (``rewards``: ``[T]``)."""
-    rewards = torch.as_tensor(rewards).reshape(-1)
-    if rewards.dtype != torch.float64:  # float64 stays (GiGPO's groups compare exactly)
-        rewards = rewards.float()
+    """G_t = Σ_k γ^k r_{t+k} within one trajectory (``rewards``: ``[T]``), in float64 like the
+    group statistics it feeds."""
+    rewards = torch.as_tensor(rewards, dtype=torch.float64).reshape(-1)
     out = torch.empty_like(rewards)
-    running = torch.zeros((), dtype=rewards.dtype)
+    running = torch.zeros((), dtype=torch.float64)
     for t in range(rewards.numel() - 1, -1, -1):
         running = rewards[t] + gamma * running
         out[t] = running
