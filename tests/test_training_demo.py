@@ -49,9 +49,11 @@ def test_small_demo_runs_end_to_end_and_reuses_the_cached_base(tmp_path, monkeyp
     assert any("base model (built)" in line for line in logs)
     assert set(summary["reading_probe"]) >= {"before_pretraining", "after_pretraining"}
     assert summary["before"]["episodes"] == summary["after"]["episodes"] == 4
-    validation = [r for r in read_metrics(tmp_path / "a" / "rl" / "metrics.jsonl")
-                  if "val_success" in r]
+    records = read_metrics(tmp_path / "a" / "rl" / "metrics.jsonl")
+    validation = [r for r in records if "val_success" in r]
     assert [r["step"] for r in validation] == [0, 1] and validation[0]["val_episodes"] == 4
+    # Issue 25's step-size fix: one optimizer step on the whole rollout per update.
+    assert [r["optimizer_steps"] for r in records if "success" in r] == [1]
     out = tmp_path / "a"
     for name in ("results.md", "summary.json", "eval_before.md", "eval_after.md",
                  "base-model/config.json", "rl/metrics.jsonl"):

@@ -88,8 +88,11 @@ class DemoConfig:
     """Divide group-centred returns by the group std (False: Dr. GRPO)."""
     entropy_coef: float = 0.0
     """Entropy bonus weight."""
-    rl_mini_batch_size: int = 48
-    """Transitions per PPO-clip optimizer step (several steps per update on old log-probs)."""
+    rl_mini_batch_size: int = 0
+    """Transitions per optimizer step (0: one step on the whole rollout per update). Several
+    PPO-clip steps per update (48 transitions each, the setting before issue 25's step-size
+    fix) let one early update break the tiny model's response format on 6 of 20 runs over
+    seeds 0–9 (``benchmarks/demo_stability.py``)."""
     max_obs_tokens: int = 128
     """Observation tokens kept as the world-model target (shorter: faster CPU updates)."""
     train_pool: int = 1_000_000
@@ -123,7 +126,6 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     """Run the whole pipeline; returns the before/after overall rows and timings."""
     import torch
 
-    from training.config import TrainConfig
     from training.evaluate import evaluate, load_policy, plan_evaluation, write_tables
     from training.sft import SFTConfig, record_expert_demos, run_sft
     from training.trainer import PaWTrainer
@@ -201,20 +203,7 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     write_tables(before_train, out, "eval_before_train_tasks")
     lap("eval before RL")
 
-    train_config = TrainConfig(
-        model=str(sft_dir), env_id=config.env_id, env_kwargs={"split": config.train_split},
-        history_length=config.history_length, max_episode_steps=config.max_steps,
-        algo=config.algo, paw=config.paw, wm_context=config.wm_context, lora=False,
-        n_groups=config.n_groups,
-        group_size=config.group_size, max_new_tokens=config.max_new_tokens,
-        train_task_seeds=config.train_pool,
-        total_steps=config.rl_steps, lr=config.rl_lr, mini_batch_size=config.rl_mini_batch_size,
-        norm_adv_by_std=config.norm_adv_by_std, entropy_coef=config.entropy_coef,
-        token_budget=16384, max_seq_len=2048, max_obs_tokens=config.max_obs_tokens,
-        seed=config.seed, output_dir=str(out / "rl"), overwrite_output_dir=True,  # the demo's own
-        save_every=0, keep_checkpoints=1, device="cpu", val_every=config.val_every,
-        val_before_train=config.val_every > 0, val_split=config.eval_split,
-        val_limit=config.eval_limit, val_temperature=config.eval_temperature)
+    train_config = rl_config(config, sft_dir, out / "rl")
     trainer = PaWTrainer(train_config)
     history = trainer.train()
     lap("RL training")
@@ -236,6 +225,27 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     tables = [("held-out", before, after), ("training-pool", before_train, after_train)]
     (out / "results.md").write_text(results_markdown(tables, config, timings), encoding="utf-8")
     return summary
+
+
+def rl_config(config: DemoConfig, model: Path, output_dir: Path):
+    """The :class:`~training.config.TrainConfig` of the demo's RL stage, starting from
+    ``model`` and writing to ``output_dir`` (the demo's own folder, so it is overwritten)."""
+    from training.config import TrainConfig
+
+    return TrainConfig(
+        model=str(model), env_id=config.env_id, env_kwargs={"split": config.train_split},
+        history_length=config.history_length, max_episode_steps=config.max_steps,
+        algo=config.algo, paw=config.paw, wm_context=config.wm_context, lora=False,
+        n_groups=config.n_groups,
+        group_size=config.group_size, max_new_tokens=config.max_new_tokens,
+        train_task_seeds=config.train_pool,
+        total_steps=config.rl_steps, lr=config.rl_lr, mini_batch_size=config.rl_mini_batch_size,
+        norm_adv_by_std=config.norm_adv_by_std, entropy_coef=config.entropy_coef,
+        token_budget=16384, max_seq_len=2048, max_obs_tokens=config.max_obs_tokens,
+        seed=config.seed, output_dir=str(output_dir), overwrite_output_dir=True,
+        save_every=0, keep_checkpoints=1, device="cpu", val_every=config.val_every,
+        val_before_train=config.val_every > 0, val_split=config.eval_split,
+        val_limit=config.eval_limit, val_temperature=config.eval_temperature)
 
 
 def pretraining_context(config: DemoConfig) -> str:

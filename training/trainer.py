@@ -599,6 +599,7 @@ class PaWTrainer:
             "cut_prompts": batch.cut_prompts,
             "grad_norm": float(np.mean(norms)) if norms else float("nan"),
             "lr": self.scheduler.get_last_lr()[0],
+            "optimizer_steps": int(totals.get("optimizer_steps", 0)),
             "skipped_updates": int(totals.get("skipped", 0)),
         }
         # The slowest rank's time and the largest rank's memory.
