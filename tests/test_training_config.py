@@ -65,6 +65,18 @@ def test_bad_values_are_named(values, message):
         load_config(None, values)
 
 
+def test_a_yaml_typo_gets_the_nearest_key_and_not_the_whole_list(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("total_stepz: 5\n3: x\n")
+    with pytest.raises(ValueError) as raised:
+        load_config(path)
+    message = str(raised.value)
+    assert message.startswith(f"{path}: unknown config key(s) 'total_stepz' (did you mean "
+                              "total_steps?), 3;")
+    assert "wm_context" not in message  # not a dump of every field
+    assert len(message.splitlines()) == 1
+
+
 def test_wrong_types_given_in_python_are_named():
     with pytest.raises(ValueError, match="lr='fast' is invalid; expected a number"):
         TrainConfig(lr="fast")

@@ -9,6 +9,7 @@ the field's type, so the CLI and the YAML accept the same values.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import os
 import re
@@ -570,10 +571,16 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         earlier = values.get(name)
         values[name] = {**earlier, **value} if isinstance(earlier, dict) and \
             isinstance(value, dict) else value
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known)
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = [key for key in values if key not in known]
     if unknown:
-        raise ValueError(f"unknown config key(s) {unknown}; known keys: {sorted(known)}")
+        hints = []
+        for key in unknown:
+            nearest = difflib.get_close_matches(str(key), known, n=1)
+            hints.append(f"{key!r}" + (f" (did you mean {nearest[0]}?)" if nearest else ""))
+        where = f"{path}: " if path is not None else ""
+        raise ValueError(f"{where}unknown config key(s) {', '.join(hints)}; the {len(known)} "
+                         f"keys are the fields of {cls.__name__} (a command's --help lists them)")
     kinds = _field_types(cls)
     for name, value in values.items():
         # e.g. "lr: 5e-5", which YAML 1.1 reads as a string (a bad choice is named by the check)
