@@ -56,7 +56,8 @@ class ExpertAgent(Agent):
     """The env's scripted expert: ``env.unwrapped.expert_action()`` formatted as model output.
 
     Every PaW env class provides ``expert_action()`` (the next action of its scripted solver);
-    a custom env works here as soon as it does too. With ``epsilon > 0`` each step takes a
+    a custom env works here as soon as it does too (a :class:`~paw_gym.core.TextEnv` subclass
+    implements ``_expert_action()``). With ``epsilon > 0`` each step takes a
     uniformly random admissible action instead with that probability (seeded by the rollout):
     imperfect demonstrations, whose clone leaves RL room to improve.
     """

@@ -16,6 +16,9 @@ contract of DESIGN.md (``admissible_actions``, ``won``, ``task_id``, ``task_type
         def _step(self, action):
             won = action == self.target
             return "Correct." if won else "Wrong.", 10.0 * won, won, self.make_info(won=won)
+
+and may implement ``_expert_action()``, the scripted expert behind the public
+``expert_action()`` (which refuses with Gymnasium's ``ResetNeeded`` before the first reset).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any, Callable, Mapping
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.error import ResetNeeded
 from gymnasium.vector.utils import create_shared_memory
 
 #: Longest observation string (characters) that the observation space accepts. Generous on
@@ -133,6 +137,7 @@ class TextEnv(gym.Env[str, str]):
         self.action_space = TextSpace(MAX_ACTION_LENGTH)
         self._last_observation = ""
         self._last_info: dict[str, Any] = {}
+        self._has_reset = False
 
     # -- to implement -----------------------------------------------------------------------
     def _reset(self, options: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -148,6 +153,10 @@ class TextEnv(gym.Env[str, str]):
         """
         raise NotImplementedError
 
+    def _expert_action(self) -> str:
+        """The scripted expert's next action from the current state (called after a reset)."""
+        raise NotImplementedError(f"{type(self).__name__} has no scripted expert")
+
     def tasks(self) -> Sequence[Task] | None:
         """The tasks of this env's split, each started by ``reset(options=task.options)``, so
         that evaluation can play every one exactly once. None (the default) for an env whose
@@ -161,6 +170,7 @@ class TextEnv(gym.Env[str, str]):
         observation, info = self._reset(dict(options or {}))
         info = self._complete_info(info)
         self._last_observation, self._last_info = observation, info
+        self._has_reset = True
         return observation, info
 
     def step(self, action: str):
@@ -175,6 +185,14 @@ class TextEnv(gym.Env[str, str]):
         info = self._complete_info({**self._carry_info(), **info})
         self._last_observation, self._last_info = observation, info
         return observation, float(reward), bool(terminated), False, info
+
+    def expert_action(self) -> str:
+        """The env's scripted expert's next action from the current state, as the env takes
+        it (what ``paw-gym play --agent expert`` and the demos follow); ``ResetNeeded``
+        before the first ``reset()``."""
+        if not self._has_reset:
+            raise ResetNeeded(f"{type(self).__name__}: call reset() before expert_action()")
+        return self._expert_action()
 
     def render(self) -> str | None:
         if self.render_mode == "human":

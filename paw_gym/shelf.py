@@ -114,7 +114,7 @@ class ShelfEnv(TextEnv):
         return observation, WIN_REWARD if won else 0.0, True, self.make_info(
             admissible_actions=[], won=won, **self._task)
 
-    def expert_action(self) -> str:
+    def _expert_action(self) -> str:
         """Take the named item, pay for it; put back anything else."""
         if self.held is None:
             return f"take {self.target}"

@@ -36,7 +36,7 @@ class GuessNumberEnv(TextEnv):
             return "Correct!", 10.0, True, {"won": True}
         return ("Go higher." if guess < self.target else "Go lower."), 0.0, False, {}
 
-    def expert_action(self) -> str:
+    def _expert_action(self) -> str:
         return f"guess {self.target}"
 
 

@@ -110,3 +110,21 @@ def test_non_text_and_over_long_actions_get_the_envs_own_invalid_answer(env_id):
         answers.append(observation)
     # ALFWorld answers "Nothing happens.", search QA its correction: not the previous page.
     assert answers[1:] == [answers[0]] * 3
+
+
+def _every_registered_env():
+    from paw_gym.registration import BUILTIN_ENVS
+
+    kwargs = {"PaW/ALFWorld-v0": {"progress": False}, "PaW/Text-v0": {"env_id": "FrozenLake-v1"}}
+    return [(spec.id, kwargs.get(spec.id, {})) for spec in BUILTIN_ENVS]
+
+
+@pytest.mark.parametrize("env_id, kwargs", _every_registered_env())
+def test_expert_action_before_reset_is_one_reset_needed_error(env_id, kwargs):
+    from gymnasium.error import ResetNeeded
+
+    env = gym.make(env_id, **kwargs)
+    with pytest.raises(ResetNeeded, match=r"call reset\(\) before expert_action\(\)"):
+        env.unwrapped.expert_action()
+    env.reset(seed=0)
+    assert isinstance(env.unwrapped.expert_action(), str)

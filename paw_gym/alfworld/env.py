@@ -151,10 +151,8 @@ class ALFWorldEnv(TextEnv):
         return feedback, WIN_REWARD * won, won, info
 
     # -- expert -----------------------------------------------------------------------------
-    def expert_action(self) -> str:
+    def _expert_action(self) -> str:
         """The next command of an expert from the current state (see :mod:`.expert`)."""
-        if self._expert is None:
-            raise RuntimeError("call reset() before expert_action()")
         return self._expert.next_action()
 
     def close(self) -> None:

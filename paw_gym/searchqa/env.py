@@ -163,6 +163,6 @@ class SearchQAEnv(TextEnv):
             "num_searches": len(self.history)}
 
     # -- oracle ---------------------------------------------------------------------------------
-    def expert_action(self) -> str:
+    def _expert_action(self) -> str:
         """The scripted oracle's next action (``<search>…</search>`` or ``<answer>…</answer>``)."""
         return oracle.expert_action(self.example, self.history)

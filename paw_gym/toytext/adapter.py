@@ -178,7 +178,7 @@ class TextAdapter(TextEnv, gym.utils.RecordConstructorArgs):
         """Whether :meth:`expert_action` can answer (an ``expert=`` or a tabular model)."""
         return self._expert is not None or _tabular(self.env.unwrapped)
 
-    def expert_action(self) -> str:
+    def _expert_action(self) -> str:
         """The expert's next action name (the optimal plan for tabular envs)."""
         inner = self.env.unwrapped
         if self._expert is not None:

@@ -312,7 +312,7 @@ class SokobanEnv(TextEnv):
             admissible_actions=[] if won else ACTIONS, won=won, **self._task)
 
     # -- expert -----------------------------------------------------------------------------
-    def expert_action(self) -> str:
+    def _expert_action(self) -> str:
         """The next move of a shortest solution from the current room.
 
         The plan is cached and only recomputed when the room leaves it (after some other

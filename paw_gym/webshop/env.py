@@ -251,7 +251,7 @@ class WebShopEnv(TextEnv):
         return self.page.observation, 0.0, False, self._info(score=0.0)
 
     # -- expert -----------------------------------------------------------------------------
-    def expert_action(self) -> str:
+    def _expert_action(self) -> str:
         """The scripted expert's next bare action for the current state (see ``expert.py``):
         ``expert="target"`` knows the goal's product, ``"visible"`` only what the pages show."""
         from paw_gym.webshop.expert import VisibleExpert, WebShopExpert
