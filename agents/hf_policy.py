@@ -19,8 +19,9 @@ _HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
 
 
 def check_model_source(model: str | Path) -> str:
-    """``model`` as given, once it is a model folder (with a ``config.json``) or could be a hub
-    id; otherwise one clear error, before transformers tries (and retries) the hub.
+    """``model`` as given, once it is a model folder (with a ``config.json``) or a hub id that
+    is in the local Hugging Face cache or on a reachable hub; otherwise one clear error, before
+    transformers tries (and retries) the hub.
 
     A name that does not exist locally but looks like a path (absolute, ``./``, ``~``, more than
     one ``/``, or under a folder that exists here, such as ``runs/x``) is a missing folder.
@@ -43,7 +44,43 @@ def check_model_source(model: str | Path) -> str:
     if not _HUB_ID.fullmatch(source):
         raise ValueError(f"model {source!r} is neither a folder nor a hub id "
                          "(namespace/name, e.g. Qwen/Qwen2.5-1.5B-Instruct)")
+    _check_hub_model(source)
     return source
+
+
+#: How to get a model without the hub, for the errors below.
+_GET_A_MODEL = ("give a local model folder, build the offline one with `paw-gym "
+                "build-tiny-model --out runs/tiny-micro`, or go online")
+
+
+def _check_hub_model(name: str) -> None:
+    """A hub id that is neither in the local Hugging Face cache nor on a reachable hub is one
+    error within seconds (transformers would retry for about a minute, then print a long
+    chained traceback)."""
+    import huggingface_hub
+    from huggingface_hub import constants
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+
+    if isinstance(huggingface_hub.try_to_load_from_cache(name, "config.json"), str):
+        return
+    if constants.HF_HUB_OFFLINE:
+        raise FileNotFoundError(f"model {name!r} is not a local folder and not in the Hugging "
+                                f"Face cache, and HF_HUB_OFFLINE is set; {_GET_A_MODEL}")
+    try:
+        huggingface_hub.HfApi().model_info(name, timeout=10)
+    except RepositoryNotFoundError:
+        raise FileNotFoundError(f"model {name!r} is not a local folder and the Hugging Face "
+                                "hub has no such model (or it is private: log in with `hf "
+                                "auth login`)") from None
+    # No connection, DNS, timeout, a server error: whatever the hub client raises (its HTTP
+    # library has changed between versions), the run cannot download the model.
+    except Exception as error:  # noqa: BLE001
+        if isinstance(error, HfHubHTTPError) and error.response is not None and \
+                error.response.status_code in (401, 403):
+            return  # gated: transformers says what the token needs
+        raise FileNotFoundError(f"model {name!r} is not a local folder and not in the Hugging "
+                                f"Face cache, and the hub is unreachable "
+                                f"({type(error).__name__}: {error}); {_GET_A_MODEL}") from None
 
 
 class HFPolicy:

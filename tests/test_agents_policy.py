@@ -206,6 +206,30 @@ def test_model_sources_are_checked_before_any_download(tmp_path, monkeypatch):
                          ("bad name!", "neither a folder nor a hub id")]:
         with pytest.raises((ValueError, FileNotFoundError), match=message):
             check_model_source(bad)
-    assert check_model_source("Qwen/Qwen2.5-1.5B-Instruct") == "Qwen/Qwen2.5-1.5B-Instruct"
     with pytest.raises(FileNotFoundError, match="does not exist"):
         HFPolicy("runs/no-model", device="cpu")  # the loader checks first, no hub retries
+
+
+def test_a_hub_name_offline_is_one_line_naming_how_to_get_a_model(tmp_path, monkeypatch,
+                                                                  tiny_model_dir):
+    import shutil
+
+    from huggingface_hub import constants
+
+    from agents.hf_policy import check_model_source
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    for load in (check_model_source, lambda name: HFPolicy(name, device="cpu")):
+        with pytest.raises(FileNotFoundError) as raised:
+            load("Qwen/Qwen2.5-0.5B-Instruct")
+        message = str(raised.value)
+        assert "'Qwen/Qwen2.5-0.5B-Instruct' is not a local folder and not in the Hugging Face " \
+               "cache" in message and "paw-gym build-tiny-model" in message
+        assert "\n" not in message
+    # A model in the Hugging Face cache (its real layout) is accepted offline.
+    snapshot = tmp_path / "hub" / "models--Org--Tiny" / "snapshots" / "abc123"
+    shutil.copytree(tiny_model_dir, snapshot)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("abc123")
+    assert check_model_source("Org/Tiny") == "Org/Tiny"
