@@ -225,3 +225,13 @@ def test_sft_record_env_twice_does_not_duplicate(tmp_path, capsys, tiny_model_di
     assert main(command) == 0
     assert "recorded 0 expert episodes" in capsys.readouterr().out
     assert len(WMReplay.load(tmp_path / "demos").episodes()) == 3
+
+
+def test_sft_checks_the_model_before_recording_any_demo(tmp_path, capsys):
+    command = ["sft", "--record-env", "PaW/Shelf-v0", "--episodes", "300", "--model",
+               str(tmp_path / "no-model"), "--replay", str(tmp_path / "demos"),
+               "--output_dir", str(tmp_path / "sft")]
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert f"--model: model folder '{tmp_path / 'no-model'}' does not exist" in err
+    assert not (tmp_path / "demos").exists() and not (tmp_path / "sft").exists()

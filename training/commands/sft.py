@@ -44,6 +44,12 @@ def run(args) -> int:
                   **({"split": recording.split} if recording.split else {})}
     if recording.record_env:
         check_env(recording.record_env, env_kwargs)
+    from agents.hf_policy import check_model_source  # torch: once the arguments are valid
+
+    try:  # before recording: a wrong --model must not cost the demos' time first
+        check_model_source(config.model)
+    except (ValueError, FileNotFoundError) as error:
+        raise UserError(f"--model: {error}") from error
     require_writable(config.output_dir, "--output_dir")
     if recording.record_env:
         require_writable(config.replay, "--replay")
