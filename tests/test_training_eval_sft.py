@@ -2,6 +2,7 @@
 
 import csv
 import json
+import shutil
 
 import pytest
 
@@ -119,7 +120,7 @@ def test_sft_on_expert_demos_teaches_the_action_format(tiny_model_dir, tmp_path)
     assert after.row().invalid < 50.0
 
 
-def test_train_command_and_eval_of_its_checkpoint(tiny_model_dir, tmp_path):
+def test_train_command_and_eval_of_its_checkpoint(tiny_model_dir, tmp_path, capsys):
     config = tmp_path / "c.yaml"
     config.write_text(f"model: {tiny_model_dir}\nenv_id: {ENV}\nn_groups: 2\ngroup_size: 2\n"
                       f"max_new_tokens: 8\nmax_episode_steps: 2\ntotal_steps: 1\nlr: 1.0e-3\n"
@@ -131,6 +132,17 @@ def test_train_command_and_eval_of_its_checkpoint(tiny_model_dir, tmp_path):
     meta = json.loads((tmp_path / "eval.json").read_text())["meta"]
     assert meta["episodes"] == 2 and meta["env_id"] == ENV and meta["checkpoint_step"] == 1
     assert meta["max_new_tokens"] == 8 and meta["settings"]["max_steps"] == 2
+    # A run folder, or a `paw-gym demo` folder (the run in rl/), stands for its latest
+    # checkpoint in eval and for its run in plot.
+    shutil.copytree(tmp_path / "run", tmp_path / "demo" / "rl")
+    for folder in ("run", "demo"):
+        capsys.readouterr()
+        assert main(["eval", "--checkpoint", str(tmp_path / folder), "--limit", "2", "--out",
+                     str(tmp_path), "--name", f"eval-{folder}"]) == 0
+        assert f"the latest checkpoint of {tmp_path / folder}" in capsys.readouterr().out
+        meta = json.loads((tmp_path / f"eval-{folder}.json").read_text())["meta"]
+        assert meta["checkpoint_step"] == 1
+        assert main(["plot", str(tmp_path / folder), "--out", str(tmp_path / f"{folder}.png")]) == 0
 
 
 def test_env_kwargs_named_like_rollout_arguments_reach_the_env():

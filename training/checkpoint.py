@@ -88,6 +88,25 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
     return done[-1] if done else None
 
 
+def resolve_checkpoint(path: str | Path) -> tuple[Path, str | None]:
+    """What ``paw-gym eval --checkpoint`` loads from ``path``: a checkpoint, saved model or
+    adapter folder as given; a training run folder, or a ``paw-gym demo`` folder (its run is
+    ``rl/``), its latest complete checkpoint. Returns ``(folder, note)``, the note saying which
+    checkpoint was picked (None when ``path`` is used as given)."""
+    path = Path(path)
+    if any((path / name).is_file() for name in ("state.json", "config.json",
+                                                 "adapter_config.json")):
+        return path, None
+    for run in (path, path / "rl"):
+        if (run / "checkpoints").is_dir():
+            latest = latest_checkpoint(run)
+            if latest is None:
+                raise FileNotFoundError(f"{str(path)!r} is a training run with no complete "
+                                        f"checkpoint in {str(run / 'checkpoints')!r}")
+            return latest, f"using {latest}, the latest checkpoint of {path}"
+    return path, None
+
+
 #: What a training run writes into its output_dir (the earlier run ``overwrite_output_dir`` removes).
 RUN_FILES = ("checkpoints", "metrics.jsonl", "config.yaml", "curves.png", "tensorboard",
              "replay")

@@ -100,16 +100,20 @@ class Series:
 
 
 def load_run(path: str | Path, label: str | None = None) -> Run:
-    """The run in folder ``path`` (or of the ``metrics.jsonl`` file ``path``), labelled with
+    """The run in folder ``path`` (a ``paw-gym demo`` folder: its ``rl/`` run; or of the
+    ``metrics.jsonl`` file ``path``), labelled with
     ``label`` or its folder's name. :class:`FileNotFoundError` when there is no metrics file,
     :class:`ValueError` when its ``config.yaml`` does not parse."""
     import yaml
 
     path = Path(path)
     metrics = path / "metrics.jsonl" if path.is_dir() else path
+    if path.is_dir() and not metrics.is_file() and (path / "rl" / "metrics.jsonl").is_file():
+        metrics = path / "rl" / "metrics.jsonl"  # a `paw-gym demo` folder: its RL run
+        label = label or path.resolve().name
     if not metrics.is_file():
         raise FileNotFoundError(f"{str(path)!r} has no metrics.jsonl: give a run folder written "
-                                "by `paw-gym train` or a metrics.jsonl file")
+                                "by `paw-gym train` or `paw-gym demo`, or a metrics.jsonl file")
     config_path = metrics.parent / "config.yaml"
     try:
         config = yaml.safe_load(config_path.read_text(encoding="utf-8")) \

@@ -9,7 +9,7 @@ env_kwargs, template, history length, step limit, token budget) unless a flag ov
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,7 +25,8 @@ class EvalArguments:
     model: str | None = None
     """Hub name or model directory."""
     checkpoint: str | None = None
-    """Trainer checkpoint, saved model or LoRA adapter directory."""
+    """Trainer checkpoint, saved model or LoRA adapter directory; a training run or
+    ``paw-gym demo`` folder: its latest checkpoint (named in the output)."""
     agent: Literal["policy", "react", "reflexion", "random", "expert"] = "policy"
     """policy (the model as is), react, reflexion, random or expert."""
     split: str = "held-out"
@@ -166,8 +167,17 @@ def build_agent(arguments: EvalArguments, env_id: str):
 
 
 def evaluate_command(arguments: EvalArguments) -> int:
+    from training.checkpoint import resolve_checkpoint
     from training.cli import UserError, check_env, require_writable
 
+    if arguments.checkpoint:
+        try:
+            checkpoint, note = resolve_checkpoint(arguments.checkpoint)
+        except FileNotFoundError as error:
+            raise UserError(f"--checkpoint: {error}") from error
+        if note:
+            print(note)
+        arguments = replace(arguments, checkpoint=str(checkpoint))
     state = checkpoint_state(arguments.checkpoint)
     trained = dict(state.get("config") or {})
     try:
