@@ -163,6 +163,20 @@ def test_serve_retriever_rejects_a_missing_corpus(tmp_path, capsys):
     assert "is not a file" in capsys.readouterr().err
 
 
+def test_a_port_in_use_is_an_os_error_and_the_command_says_it_in_one_line(server, retriever,
+                                                                          capsys):
+    from training.cli import main
+
+    with pytest.raises(OSError, match="in use"):  # not an AttributeError from cleanup
+        RetrievalServer(retriever, port=server.port)
+    assert main(["serve-retriever", "--port", str(server.port)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == (f"paw-gym serve-retriever: error: cannot serve on --host 127.0.0.1 --port "
+                   f"{server.port}: Address already in use")
+    assert main(["serve-retriever", "--port", "70000"]) == 2
+    assert "--port 70000: a TCP port is 0-65535" in capsys.readouterr().err
+
+
 def test_concurrent_clients_get_their_own_answers(server, retriever, kb):
     from concurrent.futures import ThreadPoolExecutor
 

@@ -155,7 +155,6 @@ class _PooledHTTPServer(HTTPServer):
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
                  limits: ServerLimits):
-        super().__init__(address, handler)
         self.limits = limits
         self.lock = threading.Lock()
         self.slots = threading.BoundedSemaphore(limits.max_workers + limits.max_pending)
@@ -176,6 +175,8 @@ class _PooledHTTPServer(HTTPServer):
         self.closing = False
         self.keeper = threading.Thread(target=self.keep_room, name="retrieval-room-keeper",
                                        daemon=True)
+        # Binds last: a failed bind calls server_close, which needs the state above.
+        super().__init__(address, handler)
         self.keeper.start()
 
     def process_request(self, request: socket.socket, client_address: Any) -> None:
@@ -304,7 +305,8 @@ class _PooledHTTPServer(HTTPServer):
                     connection.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
-        self.keeper.join()
+        if self.keeper.is_alive():  # not started when the bind failed
+            self.keeper.join()
         for _ in self.workers:
             self.jobs.put(None)
         for worker in self.workers:

@@ -68,6 +68,8 @@ def run(args) -> int:
     from training.cli import UserError, arguments_from
 
     arguments = arguments_from(args, ServeRetrieverArguments)
+    if not 0 <= arguments.port <= 65535:
+        raise UserError(f"--port {arguments.port}: a TCP port is 0-65535 (0 picks a free one)")
     if arguments.corpus == "embedded":
         documents = build_kb(KBConfig(seed=arguments.kb_seed,
                                       scale=arguments.kb_scale)).documents
@@ -98,11 +100,15 @@ def run(args) -> int:
                        if arguments.retriever == "dense" else {"show_progress": True})
             retriever = make_retriever(arguments.retriever, documents, index=arguments.index,
                                        **options)
+    except (ValueError, FileNotFoundError, OSError) as error:
+        raise UserError(str(error)) from error
+    try:
         server = RetrievalServer(retriever, host=arguments.host, port=arguments.port,
                                  limits=ServerLimits(default_topk=arguments.topk,
                                                      max_body_bytes=arguments.max_body_bytes))
-    except (ValueError, FileNotFoundError, OSError) as error:
-        raise UserError(str(error)) from error
+    except OSError as error:  # port in use, no permission, a host that is not this machine's
+        raise UserError(f"cannot serve on --host {arguments.host} --port {arguments.port}: "
+                        f"{error.strerror or error}") from error
     print(f"serving {len(documents)} passages at {server.url} (Ctrl-C to stop)", flush=True)
     try:
         server.serve_forever()
