@@ -259,3 +259,24 @@ def test_an_unwritable_cache_falls_back_to_a_scratch_copy(tmp_path, monkeypatch)
     assert observation.startswith("-= Welcome to TextWorld, ALFRED! =-")
     assert not str(env.unwrapped.split_dir).startswith(str(blocker))
     assert blocker.read_text() == "in the way"
+
+
+@pytest.mark.parametrize("plant", ["task", "rule"])
+def test_a_game_whose_grammar_carries_code_is_refused_and_runs_nothing(tmp_path, root, plant):
+    from paw_gym.alfworld.engine import ALFWorldEngine
+
+    source = next(root.rglob("game.tw-pddl"))
+    trial = tmp_path / "json_2.1.1" / "train" / source.parent.parent.name / "trial-1"
+    shutil.copytree(source.parent, trial)
+    game = json.loads((trial / "game.tw-pddl").read_text())
+    marker = tmp_path / "planted"
+    code = f"{{open({str(marker)!r}, 'w').write('x')}}"
+    game["grammar"] = (game["grammar"].replace("Your task is to: ", f"Your task is to: {code} ")
+                       if plant == "task" else game["grammar"].replace(
+                           '"task"', f'"planted": [{{"rhs": "{code}"}}], "task"', 1))
+    (trial / "game.tw-pddl").write_text(json.dumps(game))
+    with pytest.raises(ValueError, match="'grammar' is not ALFWorld's stock alfred.twl2"):
+        gym.make("PaW/ALFWorld-v0", data_dir=str(tmp_path), progress=False)
+    with pytest.raises(ValueError, match="grammar is not ALFWorld's stock"):
+        ALFWorldEngine(cache_size=1).load(trial / "game.tw-pddl")
+    assert not marker.exists()

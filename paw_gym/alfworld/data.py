@@ -195,8 +195,8 @@ def _read_json_object(path: Path) -> dict:
 
 
 def _check_game(path: Path, game: dict) -> None:
-    """A game whose PDDL cannot parse fails when the games are listed, naming the file, rather
-    than at the reset that happens to draw it."""
+    """A game whose PDDL cannot parse, or whose grammar is not the stock one, fails when the
+    games are listed, naming the file, rather than at the reset that happens to draw it."""
     for key in ("pddl_domain", "pddl_problem", "grammar"):
         if not isinstance(game.get(key), str) or not game[key].strip():
             raise ValueError(f"{path}: {key!r} is missing or not text")
@@ -211,3 +211,9 @@ def _check_game(path: Path, game: dict) -> None:
                 break
         if depth != 0:
             raise ValueError(f"{path}: {key!r} is not valid PDDL (unbalanced parentheses)")
+    from paw_gym.alfworld.engine import is_stock_grammar
+
+    if not is_stock_grammar(game["grammar"]):
+        raise ValueError(f"{path}: 'grammar' is not ALFWorld's stock alfred.twl2 with a plain "
+                         "task sentence; TextWorld would run its expressions as code, so the "
+                         "game is refused")

@@ -94,6 +94,15 @@ def _task_sentence_of(grammar: str) -> str | None:
     return match.group(1)
 
 
+def is_stock_grammar(grammar: str) -> bool:
+    """Whether ``grammar`` is ALFWorld's own ``alfred.twl2`` with a plain task sentence filled
+    in. TextWorld evaluates the expressions of a grammar as Python, so any other grammar in a
+    game file is code from data and is refused."""
+    sentence = _task_sentence_of(grammar)
+    return sentence is not None and \
+        _grammar_template().replace(_GOAL_PLACEHOLDER, sentence) == grammar
+
+
 #: Planner library copies no longer used by a closed engine. Each engine needs its own copy
 #: (the library keeps one global task), and unloading a copy (``dlclose``) makes the next
 #: ``load_lib`` crash, so closed engines hand their copy to the next engine instead.
@@ -307,9 +316,11 @@ class ALFWorldEngine:
         from textworld.envs.pddl.logic import GameLogic
         from textworld.envs.pddl.textgen import ContextSensitiveGrammar
 
+        if not is_stock_grammar(grammar):
+            raise ValueError("its grammar is not ALFWorld's stock alfred.twl2 with a plain task "
+                             "sentence; TextWorld would run its expressions as code, so it is "
+                             "not loaded")
         sentence = _task_sentence_of(grammar)
-        if sentence is None or _grammar_template().replace(_GOAL_PLACEHOLDER, sentence) != grammar:
-            return GameLogic(domain=domain, grammar=grammar)  # not the stock grammar
         if domain not in self._logics:
             self._logics[domain] = GameLogic(domain=domain, grammar=_grammar_template())
             while len(self._logics) > 4:
@@ -323,7 +334,10 @@ class ALFWorldEngine:
         return logic
 
     def _load(self, path: str, data: dict) -> LoadedGame:
-        logic = self._logic(data["pddl_domain"], data["grammar"])
+        try:
+            logic = self._logic(data["pddl_domain"], data["grammar"])
+        except ValueError as error:
+            raise ValueError(f"ALFWorld game {path!r}: {error}") from None
         task, sas_text = _translate_cached(data["pddl_domain"], data["pddl_problem"])
         sas = sas_text.encode("utf-8")
         # Build the initial state the engine's way once, minus the replanning translation.
