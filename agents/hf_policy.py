@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
 import re
-
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -172,6 +172,7 @@ class HFPolicy:
             tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
         self.model = model.to(self.device)
         self.tokenizer = tokenizer
+        self._cache_name: str | None = None  # see _cache_argument
         if adapter is not None:
             self.load_adapter(adapter)
         max_context = int(max_context or getattr(model.config, "max_position_embeddings", 0)
@@ -306,8 +307,19 @@ class HFPolicy:
             mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
             positions = positions + 1
             logits = self.model(input_ids=tokens[:, None], attention_mask=mask,
-                                position_ids=positions, past_key_values=cache, use_cache=True,
-                                logits_to_keep=1).logits[:, -1, :]
+                                position_ids=positions, **self._cache_argument(cache),
+                                use_cache=True, logits_to_keep=1).logits[:, -1, :]
+
+    def _cache_argument(self, cache) -> dict[str, Any]:
+        """The KV cache as the model's forward takes it: ``cache`` since transformers 5.x
+        renamed it (the old ``past_key_values`` warns on every call), else
+        ``past_key_values``."""
+        if self._cache_name is None:
+            model = self.model.get_base_model() if hasattr(self.model, "get_base_model") \
+                else self.model  # a peft model hands the argument on to its base
+            parameters = inspect.signature(model.forward).parameters
+            self._cache_name = "cache" if "cache" in parameters else "past_key_values"
+        return {self._cache_name: cache}
 
     def _new_cache(self, capacity: int):
         from transformers import DynamicCache
@@ -333,7 +345,7 @@ class HFPolicy:
             input_ids[row, width - len(ids):] = torch.tensor(ids, device=self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         return self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                          past_key_values=cache, use_cache=True,
+                          **self._cache_argument(cache), use_cache=True,
                           logits_to_keep=1).logits[:, -1, :]
 
     def _prefill_rows(self, prompt_ids, cache, width) -> torch.Tensor:
@@ -345,7 +357,7 @@ class HFPolicy:
         for row, ids in enumerate(prompt_ids):
             row_cache = DynamicCache(config=self.model.config)
             out = self.model(input_ids=torch.tensor([ids], device=self.device),
-                             past_key_values=row_cache, use_cache=True, logits_to_keep=1)
+                             **self._cache_argument(row_cache), use_cache=True, logits_to_keep=1)
             last_logits.append(out.logits[0, -1, :])
             for layer, row_layer in zip(cache.layers, row_cache.layers):
                 if row == 0:
