@@ -24,7 +24,10 @@ def test_results_markdown_has_before_after_per_task_and_rl_pool():
     assert "## training-pool tasks (split `train`" in text
     assert "| beauty | 4 | 15.6 | 40.6 |" in text
     assert "| overall | 4 | 0.0 | 2.0 |" in text
-    assert "12 updates of 4 goals × 8 rollouts from a pool of 8 `train` goals" in text
+    assert "12 updates of 4 goals × 8 rollouts drawn from a pool of the first 8 `train` goals, " \
+           "one optimizer step on the whole rollout per update" in text
+    assert "The training-pool table plays the first 8 goals, 1 episode each. The held-out " \
+           "table plays every held-out task 4 times" in text
     assert "Total: 500 s" in text
 
 

@@ -332,10 +332,20 @@ def results_markdown(tables, config: DemoConfig, timings: dict[str, float]) -> s
                          f"{r.score:.1f} | {a.score:.1f} | {r.invalid:.1f} | {a.invalid:.1f} | "
                          f"{r.mean_return:.2f} | {a.mean_return:.2f} |")
         lines.append("")
+    pool = (f"the `{config.train_split}` split's goals" if config.train_pool >= 1_000_000 else
+            f"a pool of the first {config.train_pool} `{config.train_split}` goals")
+    repeats = "1 episode" if config.pool_eval_repeats == 1 else \
+        f"{config.pool_eval_repeats} episodes"
+    held = "every held-out task" if config.eval_limit is None else \
+        f"{config.eval_limit} held-out tasks (a stratified subset)"
+    steps = "one optimizer step on the whole rollout" if config.rl_mini_batch_size <= 0 else \
+        f"optimizer steps of {config.rl_mini_batch_size} transitions"
     lines += [f"RL: {config.rl_steps} updates of {config.n_groups} goals × {config.group_size} "
-              f"rollouts from a pool of {config.train_pool} `{config.train_split}` goals "
-              f"(training-pool table: {config.pool_eval_repeats} episodes per goal), lr "
-              f"{config.rl_lr}.", "",
+              f"rollouts drawn from {pool}, {steps} per update, lr {config.rl_lr}. The "
+              f"training-pool table plays the first {min(config.train_pool, config.eval_episodes)}"
+              f" goals, {repeats} each. The held-out table plays {held} {config.eval_repeats} "
+              "times; the `val_success` curve of `curves.png` plays each once, so its first "
+              "point differs from the table's 'before' by sampling alone.", "",
               "Timings (s): " + ", ".join(f"{k} {v}" for k, v in timings.items()),
               f"Total: {sum(timings.values()):.0f} s", "", "Curves: `curves.png`; metrics: "
               "`rl/metrics.jsonl`."]
