@@ -99,6 +99,8 @@ def test_smoothed_line_over_faint_raw_values(tmp_path):
     raw, smoothed = panels(fig)["reward"].get_lines()
     assert list(raw.get_ydata()) == [1, 2, 3, 4, 5] and raw.get_alpha() < 1
     assert list(smoothed.get_ydata()) == pytest.approx(ema([1, 2, 3, 4, 5], 0.5))
+    assert "thick lines: smoothed (EMA weight 0.5); faint lines: raw values" in \
+        fig._suptitle.get_text()
 
 
 def test_validation_success_shares_the_success_panel_with_markers(tmp_path):
@@ -252,3 +254,14 @@ def test_study_plots_draw_seed_bands(tmp_path):
                          for i in range(2)]}
     study_report.plot("shelf", "sft", variants, tmp_path / "report.png")
     assert (tmp_path / "report.png").stat().st_size > 0
+
+
+def test_every_panel_spans_the_same_updates():
+    # Validation before the first update logs step 0, which only the success panel draws.
+    records = [{"step": 0, "val_success": 0.2}] + [
+        {"step": step, "reward": float(step), "success": step / 10, "kl": 0.01 * step}
+        for step in range(1, 6)]
+    shown = panels(make_figure([one(Run("run", tuple(records)))], smooth=0.0))
+    assert {"reward", "success"} <= set(shown)
+    assert len({ax.get_xlim() for ax in shown.values()}) == 1
+    assert shown["reward"].get_xlim()[0] <= 0 < 1

@@ -6,7 +6,8 @@ Everything runs offline on CPU. ``run_demo`` writes to ``output_dir``:
     base-model/          the Qwen2 tiny model + tokenizer trained on that text, pretrained on
                          its transcripts (built once per recipe under $PAW_GYM_CACHE/tiny-base)
     sft-model/           the SFT warm start (when sft_epochs > 0)
-    rl/                  PaW trainer run: metrics.jsonl, curves.png, checkpoints/
+    rl/                  PaW trainer run: metrics.jsonl, checkpoints/
+    curves.png           the run's training and validation curves (moved out of rl/)
     eval_before.*        per-task table of the RL start on held-out tasks (eval split),
                          .md/.json/.csv; eval_before_train_tasks.* on the RL training pool
     eval_after.*         the same after RL (and eval_after_train_tasks.*)
@@ -214,8 +215,8 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     write_tables(after_train, out, "eval_after_train_tasks")
     lap("eval after RL")
 
-    if (out / "rl" / "curves.png").is_file():
-        shutil.copy(out / "rl" / "curves.png", out / "curves.png")
+    if (out / "rl" / "curves.png").is_file():  # moved, not copied: one figure, where it is read
+        (out / "rl" / "curves.png").replace(out / "curves.png")
     summary = {"config": asdict(config), "timings_s": timings, "reading_probe": reading,
                "sft": sft_history, "rl_last_step": history[-1] if history else {},
                "before": asdict(before.row()), "after": asdict(after.row()),

@@ -57,7 +57,8 @@ METRICS: dict[str, tuple[str, str, float]] = {
     "wm_leak": ("leak: p(o_{t+1}'s first token | h ⊕ a), in the policy's turn", "%", 100.0),
     "wm_loss": ("world-model loss", "loss / transition", 1.0),
     "wm_term": ("world-model term of the objective", "loss", 1.0),
-    "wm_clipped_frac": ("observation tokens with p > ρ", "% of tokens", 100.0),
+    "wm_clipped_frac": ("observation tokens already learned (p > ρ, left out)", "% of tokens",
+                        100.0),
     "wm_selected": ("transitions in the world-model loss", "transitions", 1.0),
     "tokens_per_s": ("training throughput", "tokens / s", 1.0),
     "gen_tokens_per_s": ("generation throughput", "tokens / s", 1.0),
@@ -321,7 +322,15 @@ def make_figure(series: Sequence[Series], keys: Sequence[str] | None = None, *,
         draw_panel(ax, key, series, colors, smooth=smooth, title=(titles or {}).get(key))
     for ax in axes[len(keys):]:
         ax.set_visible(False)
-    fig.suptitle(title or default_title(series), fontsize=12)
+    # One step range for every panel, so that a point means the same update across panels.
+    shown = axes[:len(keys)]
+    left = min(ax.get_xlim()[0] for ax in shown)
+    right = max(ax.get_xlim()[1] for ax in shown)
+    for ax in shown:
+        ax.set_xlim(left, right)
+    note = f"\nthick lines: smoothed (EMA weight {smooth}); faint lines: raw values" \
+        if smooth else ""
+    fig.suptitle((title or default_title(series)) + note, fontsize=12)
     if len(series) > 1 or any(len(one.runs) > 1 for one in series):
         add_series_legend(fig, [series_label(one) for one in series], colors)
     return fig
