@@ -595,6 +595,22 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     return config
 
 
+#: The comment line of a shipped config that names what to run before it (see
+#: :func:`first_steps`).
+FIRST_STEPS = "# first: "
+
+
+def first_steps(path: str | Path | None) -> str | None:
+    """The commands a config file says to run before it (its ``# first: ...`` line, e.g. to
+    build the local model it starts from), or None."""
+    if path is None or not Path(path).is_file():
+        return None
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.startswith(FIRST_STEPS):
+            return line[len(FIRST_STEPS):].strip()
+    return None
+
+
 def save_config(config, path: str | Path) -> None:
     import yaml
 

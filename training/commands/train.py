@@ -28,7 +28,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from training.cli import UserError, arguments_from, check_env, require_writable
-    from training.config import TrainConfig
+    from training.config import TrainConfig, first_steps
 
     config = arguments_from(args, TrainConfig)
     resume = arguments_from(args, TrainArguments).resume
@@ -46,7 +46,9 @@ def run(args) -> int:
         if config.init_checkpoint and not Path(config.init_checkpoint).is_dir():
             raise FileNotFoundError(f"init_checkpoint {config.init_checkpoint!r} is not a folder")
     except (ValueError, FileNotFoundError, FileExistsError) as error:
-        raise UserError(str(error)) from error
+        first = first_steps(args.config) if isinstance(error, FileNotFoundError) else None
+        raise UserError(str(error) + (f"; {args.config} says to run first: {first}"
+                                      if first else "")) from error
     require_writable(config.output_dir, "--output_dir")
     from training.distributed import shutdown
     from training.trainer import PaWTrainer

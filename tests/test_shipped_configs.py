@@ -1,0 +1,52 @@
+"""Every shipped config either names a hub model or says in its ``# first:`` line how to build
+the local model it starts from, with commands that ``paw-gym`` accepts."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from training.cli import build_parser
+from training.config import DATA_VARIABLES, TrainConfig, first_steps, load_config
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN_CONFIGS = sorted((REPO / "configs" / "tiny").glob("*.yaml")) + \
+    sorted((REPO / "configs" / "paper").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", TRAIN_CONFIGS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_each_config_names_how_to_get_its_model(path, monkeypatch):
+    for name in DATA_VARIABLES:  # paper configs read data folders from the environment
+        monkeypatch.setenv(name, f"/data/{name.lower()}")
+    config = load_config(path, cls=TrainConfig)
+    first = first_steps(path)
+    if path.parent.name == "paper":
+        assert first is None and not config.model.startswith(("runs/", "./", "/")), config.model
+        return
+    assert first, f"{path} starts from the local {config.model!r} and has no '# first:' line"
+    commands = [shlex.split(part) for part in first.split("&&")]
+    parser = build_parser()
+    for command in commands:
+        assert command[0] == "paw-gym", command
+        parser.parse_args(command[1:])  # exits (a test failure) on a flag paw-gym lacks
+    built = {command[i + 1] for command in commands for i, word in enumerate(command[:-1])
+             if word in ("--out", "--output_dir")}
+    assert config.model in built, f"{path}: '# first:' does not build {config.model!r}"
+
+
+def test_train_names_the_first_steps_when_the_model_is_missing(tmp_path, monkeypatch, capsys):
+    from huggingface_hub import constants
+
+    from training.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    path = REPO / "configs" / "tiny" / "alfworld_nano_gigpo_paw_lora.yaml"
+    assert main(["train", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'runs/tiny-alfworld'" in err
+    assert err.strip().endswith(f"{path} says to run first: paw-gym build-tiny-model --env "
+                                "PaW/ALFWorld-v0 --out runs/tiny-alfworld")
+    assert not (tmp_path / "runs").exists()  # nothing created on the way
