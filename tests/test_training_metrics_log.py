@@ -56,3 +56,15 @@ def test_wandb_run_holds_every_numeric_metric_of_the_last_step(tmp_path, wandb_o
     finally:
         logger.close()
     assert [r["step"] for r in read_metrics(Path(tmp_path) / "metrics.jsonl")] == [1, 2]
+
+
+def test_damaged_rows_are_skipped_and_a_resume_rewrites_the_history_aside(tmp_path):
+    path = Path(tmp_path) / "metrics.jsonl"
+    path.write_text('{"step": 1, "reward": 1}\n[1, 2]\n7\n{"reward": 3}\n{"step": "2"}\n'
+                    '{"step": true}\n{"step": 2, "reward": 2}\n{"step": 3, "rew')
+    assert [r["step"] for r in read_metrics(path)] == [1, 2]
+    logger = MetricsLogger(tmp_path, start_step=1)  # resume after step 1
+    logger.log(2, {"reward": 5.0})
+    logger.close()
+    assert [(r["step"], r["reward"]) for r in read_metrics(path)] == [(1, 1), (2, 5.0)]
+    assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["metrics.jsonl"]  # no temp left

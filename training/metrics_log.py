@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +28,15 @@ class MetricsLogger:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.path = self.directory / "metrics.jsonl"
-        kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= start_step] \
+        kept = [r for r in read_metrics(self.path) if r["step"] <= start_step] \
             if start_step else []
-        with open(self.path, "w", encoding="utf-8") as handle:
+        # Written aside and renamed over the file: a kill during the rewrite leaves the old
+        # history whole, never an empty or half-written file.
+        temporary = self.path.with_name(self.path.name + ".tmp")
+        with open(temporary, "w", encoding="utf-8") as handle:
             for record in kept:
                 handle.write(json.dumps(record) + "\n")
+        os.replace(temporary, self.path)
         self._file = open(self.path, "a", encoding="utf-8")
         self._tb = self._wandb = None
         if tensorboard:
@@ -68,6 +73,8 @@ class MetricsLogger:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The step records of a ``metrics.jsonl`` ([] when there is none); lines that are not a
+    record with an integer ``step`` (cut by a kill, or damaged) are skipped."""
     path = Path(path)
     if not path.is_file():
         return []
@@ -76,9 +83,13 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
         line = line.strip()
         if line:
             try:
-                records.append(json.loads(line))
+                record = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut by a kill: the step is re-run after resume
+            # A damaged row that still parses (a number, a list, no integer step) is no step.
+            if isinstance(record, dict) and isinstance(record.get("step"), int) and \
+                    not isinstance(record["step"], bool):
+                records.append(record)
     return records
 
 
