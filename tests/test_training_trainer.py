@@ -314,6 +314,50 @@ def test_resume_falls_back_past_a_damaged_newest_checkpoint(tiny_model_dir, tmp_
     assert saved["step"] == 3 and not list(latest_checkpoint(out).glob("*.tmp"))
 
 
+@pytest.mark.parametrize("damage", ["optimizer", "state key"])
+def test_a_damaged_optimizer_or_state_file_falls_back_to_the_checkpoint_before(
+        tiny_model_dir, tmp_path, damage):
+    config = _config(tiny_model_dir, tmp_path, total_steps=2, save_every=1, keep_checkpoints=2)
+    PaWTrainer(config).train()
+    newest = latest_checkpoint(tmp_path / "run")
+    if damage == "optimizer":
+        (newest / "optimizer.json").write_text('{"param_gr')
+        message = r"optimizer.json is damaged \(not valid JSON"
+    else:
+        state = json.loads((newest / "state.json").read_text())
+        del state["scheduler"]
+        (newest / "state.json").write_text(json.dumps(state))
+        message = r"state.json is damaged \(no 'scheduler'\)"
+    resumed = PaWTrainer(_config(tiny_model_dir, tmp_path, total_steps=3, save_every=1,
+                                 keep_checkpoints=2))
+    with pytest.warns(RuntimeWarning, match=message + r".*resuming from step-000001"):
+        assert [h["step"] for h in resumed.train(resume=True)] == [2, 3]
+
+
+def test_resuming_with_another_model_or_lora_setting_is_one_clear_error(tiny_model_dir, tmp_path,
+                                                                     capsys):
+    from agents.tiny_model import build_tiny_model
+    from training.checkpoint import CheckpointMismatch
+    from training.cli import main
+
+    PaWTrainer(_config(tiny_model_dir, tmp_path, total_steps=1, save_every=1, lora=False)).train()
+    other = build_tiny_model(["<action>guess 1</action> Go higher."] * 50, tmp_path / "micro",
+                             size="micro")
+    with pytest.raises(CheckpointMismatch, match=r"holds the weights of another model"):
+        PaWTrainer(_config(other, tmp_path, total_steps=2, lora=False)).train(resume=True)
+    with pytest.raises(CheckpointMismatch, match=r"other weight settings \(lora False there, "
+                                                 r"True here\)"):
+        PaWTrainer(_config(tiny_model_dir, tmp_path, total_steps=2, lora=True)).train(
+            resume=True)
+    # The command says it in one line.
+    capsys.readouterr()
+    assert main(["train", "--model", str(other), "--env_id", "Test/GuessNumber-v0",
+                 "--output_dir", str(tmp_path / "run"), "--lora", "false", "--device", "cpu",
+                 "--total_steps", "2", "--progress", "false", "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds the weights of another model" in err
+
+
 def test_settings_mistakes_surface_before_the_model_loads(tmp_path):
     for kwargs, message in [({"env_id": "PaW/Nope-v0"}, "unknown env id 'PaW/Nope-v0'"),
                             ({"env_kwargs": {"colour": "red"}},

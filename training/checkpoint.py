@@ -34,6 +34,14 @@ class CheckpointError(ValueError):
     """A checkpoint file is damaged (the message names it)."""
 
 
+class CheckpointMismatch(ValueError):
+    """An intact checkpoint of another model or LoRA setting than the run resuming it."""
+
+
+#: The settings that fix the shapes of the saved weights: a resume must keep them.
+WEIGHT_SETTINGS = ("lora", "lora_r", "lora_target_modules")
+
+
 def checkpoints_newest_first(output_dir: str | Path) -> list[Path]:
     """The complete checkpoints (with a ``state.json``) under ``output_dir``, newest first."""
     root = Path(output_dir) / "checkpoints"
@@ -55,8 +63,30 @@ def verify_checkpoint(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{state_file} is damaged (not valid JSON: {error})") from None
     if not isinstance(state, dict) or not isinstance(state.get("step"), int):
         raise CheckpointError(f"{state_file} is damaged (no integer 'step')")
+    missing = [key for key in ("scheduler", "rng") if not isinstance(state.get(key), dict)]
+    if missing:
+        raise CheckpointError(f"{state_file} is damaged (no {', '.join(map(repr, missing))})")
+    for optimizer in sorted(path.glob("*optimizer.json")):
+        try:
+            meta = json.loads(optimizer.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise CheckpointError(f"{optimizer} is damaged (not valid JSON: {error})") from None
+        if not isinstance(meta, dict) or not {"param_groups", "scalars"} <= set(meta):
+            raise CheckpointError(f"{optimizer} is damaged (no 'param_groups' and 'scalars')")
     check_safetensors(path.rglob("*.safetensors"))
     return state
+
+
+def check_same_weights(path: Path, recorded: dict[str, Any], config: Any) -> None:
+    """A :class:`CheckpointMismatch` when the checkpoint at ``path`` was trained with other
+    :data:`WEIGHT_SETTINGS` than ``config``: its weights have other shapes."""
+    changed = [f"{key} {recorded[key]!r} there, {getattr(config, key)!r} here"
+               for key in WEIGHT_SETTINGS if key in recorded
+               and recorded[key] != getattr(config, key)]
+    if changed:
+        raise CheckpointMismatch(f"{path} was saved with other weight settings "
+                                 f"({'; '.join(changed)}); resume with the run's own settings, "
+                                 "or start a new run in another --output_dir")
 
 
 def check_safetensors(files) -> None:
@@ -212,12 +242,18 @@ def load_trainable_weights(model, path: Path) -> None:
     state: dict[str, torch.Tensor] = {}
     for file in files:
         state.update(load_file(str(file)))
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as error:  # a tensor of another shape: another model
+        first = str(error).split("size mismatch for ", 1)[-1].split("\n", 1)[0]
+        raise CheckpointMismatch(f"checkpoint {path} holds the weights of another model "
+                                 f"({first}); resume with the model it was trained from") \
+            from None
     # Tied embeddings are saved once; anything else missing means a different architecture.
     missing = [k for k in missing if "lm_head" not in k]
     if missing or unexpected:
-        raise ValueError(f"checkpoint {path} does not match the model: missing={missing[:5]} "
-                         f"unexpected={unexpected[:5]}")
+        raise CheckpointMismatch(f"checkpoint {path} does not match the model: "
+                                 f"missing={missing[:5]} unexpected={unexpected[:5]}")
 
 
 def prune(output_dir: str | Path, keep: int) -> None:

@@ -670,6 +670,7 @@ class PaWTrainer:
 
         path = Path(path)
         state = ckpt.verify_checkpoint(path)
+        ckpt.check_same_weights(path, state.get("config") or {}, self.config)
         ckpt.load_trainable_weights(self.model, path / "model")
         ckpt.load_optimizer(self.optimizer, path / "optimizer")
         self.scheduler.load_state_dict(state["scheduler"])

@@ -34,7 +34,7 @@ def run(args) -> int:
     resume = arguments_from(args, TrainArguments).resume
     check_env(config.env_id, config.env_kwargs)
     from agents.hf_policy import check_model_source  # torch: once the config is valid
-    from training.checkpoint import CheckpointError, check_output_dir
+    from training.checkpoint import CheckpointError, CheckpointMismatch, check_output_dir
     from training.distributed import check_group_count, launched_world_size
 
     resume = True if resume == "latest" else resume
@@ -55,7 +55,7 @@ def run(args) -> int:
 
     try:
         history = PaWTrainer(config).train(resume=resume)
-    except (FileNotFoundError, CheckpointError) as error:
+    except (FileNotFoundError, CheckpointError, CheckpointMismatch) as error:
         raise UserError(str(error)) from error
     shutdown()
     if history:
