@@ -59,6 +59,21 @@ def test_every_field_has_a_docstring():
     ({"lr": -1}, "lr=-1 is invalid; expected a learning rate >= 0"),
     ({"critic_lr": -0.5}, "critic_lr=-0.5"),
     ({"history_length": -1}, "history_length=-1"),
+    # Issue 27: silently accepted before, each ruining a run.
+    ({"lr": float("inf")}, "lr=inf is invalid; expected a number \\(finite\\)"),
+    ({"max_grad_norm": float("nan")}, "max_grad_norm=nan is invalid"),
+    ({"temperature": float("inf")}, "temperature=inf is invalid"),
+    ({"gamma": float("nan")}, "gamma=nan is invalid"),
+    ({"group_size": 1}, "group_size=1 is invalid; expected an integer >= 2 for algo='grpo'"),
+    ({"clip_eps": -1}, "clip_eps=-1 is invalid; expected a number > 0"),
+    ({"kl_coef": -1}, "kl_coef=-1 is invalid; expected a number >= 0"),
+    ({"warmup_steps": -5}, "warmup_steps=-5 is invalid"),
+    ({"lora_r": 0}, "lora_r=0 is invalid"),
+    ({"lora_dropout": 2.0}, "lora_dropout=2.0 is invalid; expected a probability in \\[0, 1\\)"),
+    ({"logits_chunk": 0}, "logits_chunk=0 is invalid"),
+    ({"train_task_seeds": 0}, "train_task_seeds=0 is invalid"),
+    ({"seed": 2**70}, "seed=1180591620717411303424 is invalid"),
+    ({"temperature": 0.0}, "temperature=0.0 is invalid; expected a number > 0"),
 ])
 def test_bad_values_are_named(values, message):
     with pytest.raises(ValueError, match=message):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import math
 import os
 import re
 import types
@@ -306,6 +307,32 @@ class TrainConfig:
             raise bad("val_every", "an integer >= 0 (0: no validation)")
         if self.val_limit is not None and self.val_limit < 1:
             raise bad("val_limit", "an integer >= 1 or none (every task)")
+        if self.group_size < 2 and self.algo in ("grpo", "gigpo", "rloo"):
+            raise bad("group_size", f"an integer >= 2 for algo={self.algo!r} (a group of one "
+                                    "rollout has no one to compare with: every advantage is 0)")
+        for name in ("temperature", "max_grad_norm", "clip_eps"):
+            if not getattr(self, name) > 0:
+                raise bad(name, "a number > 0")
+        if self.clip_eps_high is not None and not self.clip_eps_high >= self.clip_eps:
+            raise bad("clip_eps_high", f"a number >= clip_eps ({self.clip_eps}) or none")
+        if self.val_temperature is not None and self.val_temperature < 0:
+            raise bad("val_temperature", "a number >= 0 (0: greedy) or none")
+        for name in ("gamma", "gae_gamma", "gae_lambda"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise bad(name, "a number in [0, 1]")
+        for name in ("kl_coef", "weight_decay", "omega", "warmup_steps", "mini_batch_size"):
+            if getattr(self, name) < 0:
+                raise bad(name, "a number >= 0")
+        if self.lora_r < 1:
+            raise bad("lora_r", "an integer >= 1")
+        if not 0 <= self.lora_dropout < 1:
+            raise bad("lora_dropout", "a probability in [0, 1)")
+        if self.logits_chunk < 1:
+            raise bad("logits_chunk", "an integer >= 1 (positions per LM-head chunk)")
+        if self.train_task_seeds < 1:
+            raise bad("train_task_seeds", "an integer >= 1")
+        if not 0 <= self.seed < 2**32:
+            raise bad("seed", "an integer in [0, 2**32) (NumPy's seed range)")
         if self.val_wm_replay is not None and not Path(self.val_wm_replay).is_dir():
             raise bad("val_wm_replay", "a WM replay folder (e.g. from paw-gym play --replay)")
 
@@ -332,14 +359,16 @@ def check_field_types(config: Any) -> None:
             continue
         if base not in _SCALARS:
             continue
-        if base is float:
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if base is float:  # a non-finite number is no setting: lr inf trains NaN weights
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and \
+                math.isfinite(value)
         elif base is int:
             ok = isinstance(value, int) and not isinstance(value, bool)
         else:
             ok = isinstance(value, base)
         if not ok:
             raise ValueError(f"{name}={value!r} is invalid; expected {_SCALARS[base]}"
+                             + (" (finite)" if base is float else "")
                              + (" or none" if optional else ""))
 
 
