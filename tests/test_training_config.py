@@ -194,3 +194,18 @@ def test_package_exports_trainer_and_config_lazily():
     assert training.PaWTrainer is PaWTrainer
     with pytest.raises(AttributeError, match="nope"):
         training.nope  # noqa: B018
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"epochs": -1}, "epochs=-1 is invalid; expected an integer >= 1"),  # saved the base as is
+    ({"lr": float("inf")}, "lr=inf is invalid; expected a number \\(finite\\)"),  # NaN weights
+    ({"max_grad_norm": 0}, "max_grad_norm=0 is invalid"),
+    ({"token_budget": 0}, "token_budget=0 is invalid"),
+])
+def test_sft_settings_are_checked_when_made(values, message):
+    from training.sft import SFTConfig
+
+    with pytest.raises(ValueError, match=message):
+        SFTConfig(**values)
+    with pytest.raises(ValueError, match=message):
+        load_config(None, values, cls=SFTConfig)

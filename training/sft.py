@@ -58,6 +58,23 @@ class SFTConfig:
     progress: bool = True
     """Show a progress bar."""
 
+    def __post_init__(self) -> None:
+        """Raise ValueError naming the bad value, before any model or replay is read."""
+        from training.config import check_field_types
+
+        check_field_types(self)
+        for name, ok, allowed in [
+                ("epochs", self.epochs >= 1, "an integer >= 1"),
+                ("lr", self.lr >= 0, "a learning rate >= 0"),
+                ("weight_decay", self.weight_decay >= 0, "a number >= 0"),
+                ("token_budget", self.token_budget >= 1, "an integer >= 1"),
+                ("max_seq_len", self.max_seq_len >= 1, "an integer >= 1"),
+                ("max_grad_norm", self.max_grad_norm > 0, "a number > 0"),
+                ("lora_r", self.lora_r >= 1, "an integer >= 1"),
+                ("seed", 0 <= self.seed < 2**32, "an integer in [0, 2**32)")]:
+            if not ok:
+                raise ValueError(f"{name}={getattr(self, name)!r} is invalid; expected {allowed}")
+
 
 def load_examples(policy, replay_dir: str | Path, successful_only: bool, max_seq_len: int):
     """Prompt + action rows (``training.batch.Sample``) from a replay; records without an
