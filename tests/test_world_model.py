@@ -290,6 +290,8 @@ def test_eval_wm_refuses_the_split_of_an_output_of_the_earlier_id_keyed_train_wm
     (["train-wm", "--tau", "1.5", "--replay", "."], "--tau must be a cosine in [-1, 1], got 1.5"),
     (["train-wm", "--group_size", "1", "--replay", "."], "--group_size must be >= 2 for rwml"),
     (["train-wm", "--steps", "0", "--replay", "."], "--steps must be >= 1, got 0"),
+    (["train-wm", "--rho", "-1", "--replay", "."], "--rho must be a probability in [0, 1], got -1"),
+    (["train-wm", "--lr", "nan", "--replay", "."], "lr=nan is invalid; expected a number (finite)"),
     (["train-wm"], "give --replay DIR"),
     (["train-wm", "--replay", "/no/such/replay"], "--replay '/no/such/replay' does not exist"),
     (["train-wm", "--record_env", "PaW/Shelf-v9"], "unknown env id 'PaW/Shelf-v9'"),

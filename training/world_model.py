@@ -637,6 +637,9 @@ def record_replay(env_id: str, agent_name: str, episodes: int, out_dir: str | Pa
 
 def check_config(config: WorldModelConfig) -> None:
     """``ValueError`` (one line, naming the value and what is accepted) for a bad setting."""
+    from training.config import check_field_types
+
+    check_field_types(config)  # types, choices and finite numbers
     if config.method not in METHODS:
         raise ValueError(f"--method {config.method!r} is not one of {', '.join(METHODS)}")
     positive = {"steps": config.steps, "batch_size": config.batch_size,
@@ -662,6 +665,8 @@ def check_config(config: WorldModelConfig) -> None:
                          f"got {config.easy_keep_prob} and {config.easy_sft_fraction}")
     if config.easy_samples < 1:
         raise ValueError(f"--easy_samples must be >= 1, got {config.easy_samples}")
+    if not 0.0 <= config.rho <= 1.0:  # a negative threshold clips every token: nothing trains
+        raise ValueError(f"--rho must be a probability in [0, 1], got {config.rho}")
     make_reward(config.reward, config.tau, config.embedding_model)  # raises for a bad name
 
 
