@@ -81,6 +81,8 @@ def test_eval_defaults_to_the_held_out_split_and_names_bad_values(tmp_path, caps
                  "random"]) == 2
     assert "env_kwargs ['split'] are not arguments of Test/GuessNumber-v0" in \
         capsys.readouterr().err
+    assert main(["eval", "--env", "PaW/Shelf-v0", "--agent", "random", "--max_steps", "0"]) == 2
+    assert "--max_steps 0 is invalid; expected an integer >= 1" in capsys.readouterr().err
 
 
 def test_cli_reports_bad_config_without_traceback(tmp_path, capsys):

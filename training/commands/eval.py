@@ -112,6 +112,10 @@ def resolve_settings(arguments: EvalArguments, trained: dict[str, Any]) -> dict[
     env_id = arguments.env or trained.get("env_id")
     if not env_id:
         raise ValueError("give --env (or a trainer --checkpoint, whose env is used)")
+    for flag, value in (("max_steps", arguments.max_steps),
+                        ("max_new_tokens", arguments.max_new_tokens)):
+        if value is not None and value < 1:  # (--limit and --repeats: plan_evaluation checks)
+            raise ValueError(f"--{flag} {value} is invalid; expected an integer >= 1 or none")
     # A checkpoint's settings describe its own env only: evaluated on another env, it gets
     # that env's defaults.
     same_env = env_id == trained.get("env_id")
