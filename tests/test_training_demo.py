@@ -32,11 +32,23 @@ def test_results_markdown_has_before_after_per_task_and_rl_pool():
 
 
 @pytest.mark.parametrize("field, value", [("train_pool", 0), ("pool_eval_repeats", 0),
-                                          ("expert_epsilon", 1.5), ("pretrain_steps", -1)])
+                                          ("expert_epsilon", 1.5), ("pretrain_steps", -1),
+                                          ("rl_steps", 0), ("rl_lr", float("inf")),
+                                          ("group_size", 1)])
 def test_run_demo_rejects_bad_settings_before_any_work(tmp_path, field, value):
     out = tmp_path / "demo"
     with pytest.raises(ValueError, match=field):
         run_demo(DemoConfig(output_dir=str(out), **{field: value}), log=lambda _: None)
+    assert not out.exists()
+
+
+def test_the_demo_command_says_a_bad_rl_setting_in_one_line_before_any_work(tmp_path, capsys):
+    from training.cli import main
+
+    out = tmp_path / "demo"
+    assert main(["demo", "--rl_steps", "0", "--output_dir", str(out)]) == 2
+    assert capsys.readouterr().err == ("paw-gym demo: error: rl_steps=0 is invalid; expected an "
+                                       "integer >= 1 (the number of RL updates)\n")
     assert not out.exists()
 
 

@@ -131,17 +131,9 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     from training.sft import SFTConfig, record_expert_demos, run_sft
     from training.trainer import PaWTrainer
 
-    if config.train_pool < 1 or config.pool_eval_repeats < 1:
-        raise ValueError(f"train_pool ({config.train_pool}) and pool_eval_repeats "
-                         f"({config.pool_eval_repeats}) must be at least 1")
-    if not 0 <= config.expert_epsilon <= 1:
-        raise ValueError(f"expert_epsilon={config.expert_epsilon} must be a probability in "
-                         "[0, 1]")
-    if config.pretrain_steps < 0 or config.sft_epochs < 0:
-        raise ValueError(f"pretrain_steps ({config.pretrain_steps}) and sft_epochs "
-                         f"({config.sft_epochs}) must be >= 0")
-    torch.set_num_threads(config.threads)
+    check_demo_config(config)
     out = Path(config.output_dir)
+    torch.set_num_threads(config.threads)
     out.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
     clock = time.perf_counter()
@@ -226,6 +218,33 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     tables = [("held-out", before, after), ("training-pool", before_train, after_train)]
     (out / "results.md").write_text(results_markdown(tables, config, timings), encoding="utf-8")
     return summary
+
+
+def check_demo_config(config: DemoConfig) -> None:
+    """``ValueError`` naming the bad setting and what is accepted, before any work (the RL
+    stage's settings are checked by :class:`~training.config.TrainConfig`, under the demo's
+    names)."""
+    if config.train_pool < 1 or config.pool_eval_repeats < 1:
+        raise ValueError(f"train_pool ({config.train_pool}) and pool_eval_repeats "
+                         f"({config.pool_eval_repeats}) must be at least 1")
+    if not 0 <= config.expert_epsilon <= 1:
+        raise ValueError(f"expert_epsilon={config.expert_epsilon} must be a probability in "
+                         "[0, 1]")
+    if config.pretrain_steps < 0 or config.sft_epochs < 0:
+        raise ValueError(f"pretrain_steps ({config.pretrain_steps}) and sft_epochs "
+                         f"({config.sft_epochs}) must be >= 0")
+    try:
+        rl_config(config, Path(config.output_dir) / "base-model",
+                  Path(config.output_dir) / "rl")
+    except ValueError as error:
+        name = str(error).split("=", 1)[0]
+        raise ValueError(str(error).replace(name, RL_FLAGS.get(name, name), 1)) from None
+
+
+#: TrainConfig fields that the demo sets from a differently named field of its own.
+RL_FLAGS = {"total_steps": "rl_steps", "lr": "rl_lr", "mini_batch_size": "rl_mini_batch_size",
+            "max_episode_steps": "max_steps", "train_task_seeds": "train_pool",
+            "val_temperature": "eval_temperature", "val_limit": "eval_limit"}
 
 
 def rl_config(config: DemoConfig, model: Path, output_dir: Path):

@@ -21,10 +21,14 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from training.cli import arguments_from
-    from training.demo import DemoConfig, run_demo
+    from training.cli import UserError, arguments_from
+    from training.demo import DemoConfig, check_demo_config, run_demo
 
     config = arguments_from(args, DemoConfig)
+    try:
+        check_demo_config(config)
+    except ValueError as error:
+        raise UserError(str(error)) from error
     summary = run_demo(config)
     results = (Path(config.output_dir) / "results.md").read_text(encoding="utf-8")
     print(results.split("## training-pool")[0].rstrip())
