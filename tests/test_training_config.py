@@ -171,6 +171,19 @@ def test_unset_variables_anywhere_are_named(monkeypatch, tmp_path):
     monkeypatch.delenv("NOPE_VAR", raising=False)
     with pytest.raises(ValueError, match=r"cfg.a\[1\] uses \$\{NOPE_VAR\}, which is not set"):
         expand_variables({"a": ["ok", "${NOPE_VAR}"]}, "cfg")
+    # The shell's form too: `output_dir: $HOME/x` once made a folder named '$HOME'.
+    assert expand_variables("$HERE/y and ${HERE}", "cfg") == "x/y and x"
+    with pytest.raises(ValueError, match=r"cfg uses \$\{NOPE_VAR\}, which is not set"):
+        expand_variables("$NOPE_VAR/runs", "cfg")
+    assert expand_variables("costs $5", "cfg") == "costs $5"  # not a variable name
+
+
+def test_a_key_given_twice_in_a_yaml_file_is_an_error(tmp_path):
+    config = tmp_path / "twice.yaml"
+    config.write_text("lr: 1e-3\nenv_kwargs: {split: dev}\nlr: 2e-3\n")
+    with pytest.raises(ValueError, match=r"twice.yaml: not valid YAML at line 3, column 1 \(the "
+                                         r"key 'lr' is given twice\)"):
+        load_config(config)
 
 
 def test_a_yaml_syntax_error_names_the_file_and_line(tmp_path):

@@ -549,12 +549,15 @@ DATA_VARIABLES = {
     "SEARCHQA_RETRIEVER": "the URL of a Search-R1 /retrieve server over the E5 Wikipedia index, "
                           "e.g. http://127.0.0.1:8000/retrieve (docs/searchqa.md)",
 }
-_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: ``${NAME}``, or the shell's ``$NAME`` (either is read from the environment).
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def expand_variables(value: Any, where: str) -> Any:
-    """``${NAME}`` in strings (also inside lists and mappings) replaced by the environment
-    variable; an unset one is a ValueError naming it, ``where`` it is used and what it holds."""
+    """``${NAME}`` or ``$NAME`` in strings (also inside lists and mappings) replaced by the
+    environment variable, as a shell would (``output_dir: $HOME/x`` made a folder named
+    ``$HOME``); an unset one is a ValueError naming it, ``where`` it is used and what it
+    holds."""
     if isinstance(value, dict):
         return {k: expand_variables(v, f"{where}.{k}") for k, v in value.items()}
     if isinstance(value, list):
@@ -563,13 +566,33 @@ def expand_variables(value: Any, where: str) -> Any:
         return value
 
     def substitute(match: re.Match) -> str:
-        name = match.group(1)
+        name = match.group(1) or match.group(2)
         if not os.environ.get(name):
             hint = DATA_VARIABLES.get(name, "its value")
             raise ValueError(f"{where} uses ${{{name}}}, which is not set: set {name} to {hint}")
         return os.environ[name]
 
     return _VARIABLE.sub(substitute, value)
+
+
+def _unique_key_loader():
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        """PyYAML's safe loader, except that a key given twice in one mapping is an error (the
+        safe loader keeps the last value without a word)."""
+
+        def construct_mapping(self, node, deep=False):
+            seen: set = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"the key {key!r} is given twice", key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None,
@@ -587,7 +610,8 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         if not path.is_file():
             raise FileNotFoundError(f"config file {str(path)!r} does not exist")
         try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            loaded = yaml.load(path.read_text(encoding="utf-8"),
+                               Loader=_unique_key_loader()) or {}
         except yaml.YAMLError as error:
             mark = getattr(error, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
