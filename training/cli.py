@@ -97,6 +97,15 @@ class UserError(Exception):
     """A mistake in what the user asked for: printed as one line, no traceback."""
 
 
+def check_file_name(name: str | None, flag: str) -> None:
+    """A ``--name`` that names files inside ``--out``: a plain file name, so that nothing is
+    written outside ``--out`` (``--name ../../x`` did)."""
+    if name is not None and (not name.strip() or Path(name).name != name
+                             or name in (".", "..")):
+        raise UserError(f"{flag} {name!r}: give a plain file name (no folders); the files go "
+                        "into --out")
+
+
 def require_writable(folder: str | Path, flag: str) -> None:
     """Fail before any work when ``folder`` cannot be created or written (a read-only disk, a
     file in the way), instead of after an evaluation or a training run."""

@@ -172,8 +172,9 @@ def build_agent(arguments: EvalArguments, env_id: str):
 
 def evaluate_command(arguments: EvalArguments) -> int:
     from training.checkpoint import resolve_checkpoint
-    from training.cli import UserError, check_env, require_writable
+    from training.cli import UserError, check_env, check_file_name, require_writable
 
+    check_file_name(arguments.name, "--name")
     if arguments.checkpoint:
         try:
             checkpoint, note = resolve_checkpoint(arguments.checkpoint)

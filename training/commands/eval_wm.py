@@ -146,11 +146,12 @@ def transition_markdown(rows: list[dict], title: str, wm_context: str) -> str:
 
 
 def evaluate_world_model(arguments: EvalWMArguments) -> int:
-    from training.cli import UserError, require_writable
+    from training.cli import UserError, check_file_name, require_writable
     from training.world_model import (SPLIT_KEY, EmbeddingReward, load_examples, predict,
                                       read_predictions, select_split, summarize_predictions,
                                       table_markdown, write_predictions, write_wm_tables)
 
+    check_file_name(arguments.name, "--name")
     if not -1.0 <= arguments.tau <= 1.0:
         raise UserError(f"--tau must be a cosine in [-1, 1], got {arguments.tau}")
     if arguments.samples < 1 or arguments.max_new_tokens < 1:
