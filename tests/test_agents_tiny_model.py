@@ -64,6 +64,17 @@ def test_cli_builds_a_loadable_model(tmp_path, capsys):
     # env text was in the training data: its words are single tokens
     assert len(tokenizer(" hidden", add_special_tokens=False)["input_ids"]) == 1
     assert AutoModelForCausalLM.from_pretrained(out).config.model_type == "qwen2"
+    # A second build into the same folder is refused (it held a user's model files) unless
+    # --overwrite, which replaces only what the first build wrote.
+    weights = next(out.glob("*.safetensors")).read_bytes()
+    command = ["build-tiny-model", "--env", GUESS_ID, "--episodes", "2", "--seed", "1", "--out",
+               str(out)]
+    assert main(command) == 2
+    assert "already holds the output of an earlier `paw-gym build-tiny-model`; pass " \
+           "--overwrite true" in capsys.readouterr().err
+    assert next(out.glob("*.safetensors")).read_bytes() == weights
+    assert main([*command, "--overwrite", "true"]) == 0
+    assert next(out.glob("*.safetensors")).read_bytes() != weights
 
 
 def test_cli_names_bad_input(tmp_path, capsys):

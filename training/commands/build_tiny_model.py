@@ -37,6 +37,8 @@ class TinyModelArguments:
     the env's expert)."""
     imports: list[str] = field(default_factory=list, metadata={"aliases": ["--import"]})
     """Modules to import first (e.g. one that registers a custom env)."""
+    overwrite: bool = False
+    """Replace what an earlier paw-gym command wrote in --out (refused otherwise)."""
 
 
 def add_parser(subparsers) -> None:
@@ -74,6 +76,12 @@ def run(args) -> int:
         raise UserError("--pretrain-steps needs at least one --env to take episodes from")
     if not 0.0 <= arguments.epsilon <= 1.0:
         raise UserError(f"--epsilon must be a probability in [0, 1], got {arguments.epsilon}")
+    from training.outputs import OutputExists, claim_folder
+
+    try:
+        claim_folder(arguments.out, "build-tiny-model", arguments.overwrite, flag="--out")
+    except OutputExists as error:
+        raise UserError(str(error)) from None
 
     from agents.corpus import env_texts, template_texts
     from agents.tiny_model import build_tiny_model, count_parameters
