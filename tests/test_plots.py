@@ -200,10 +200,10 @@ def test_cli_writes_a_figure_and_refuses_to_overwrite_it_without_force(tmp_path,
     out = vanilla / "curves_compare.png"  # default: next to the first RUN
     assert out.stat().st_size > 0 and f"wrote {out}" in capsys.readouterr().out
     out.write_bytes(b"the user's own file")
-    with pytest.raises(UserError, match="already exists; pass --force"):
+    with pytest.raises(UserError, match="already exists; pass --overwrite true"):
         cli(str(vanilla))
     assert out.read_bytes() == b"the user's own file"
-    assert cli(str(vanilla), "--force", "--metrics", "reward,success", "--title", "Shelf") == 0
+    assert cli(str(vanilla), "--overwrite", "true", "--metrics", "reward,success", "--title", "Shelf") == 0
     assert out.read_bytes().startswith(b"\x89PNG")
     assert cli("--group", f"PaW={tmp_path}/paw-s*") == 0
     assert (tmp_path / "paw-s0" / "curves_compare.png").is_file()

@@ -177,6 +177,16 @@ def test_a_port_in_use_is_an_os_error_and_the_command_says_it_in_one_line(server
     assert "--port 70000: a TCP port is 0-65535" in capsys.readouterr().err
 
 
+def test_export_corpus_keeps_an_existing_file_unless_overwrite(tmp_path, capsys):
+    from training.cli import main
+
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text("a user's file\n")
+    assert main(["serve-retriever", "--export_corpus", str(mine), "--port", "0"]) == 2
+    assert "already exists; pass --overwrite true" in capsys.readouterr().err
+    assert mine.read_text() == "a user's file\n"
+
+
 def test_concurrent_clients_get_their_own_answers(server, retriever, kb):
     from concurrent.futures import ThreadPoolExecutor
 

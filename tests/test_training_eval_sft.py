@@ -64,7 +64,7 @@ def test_expert_eval_through_the_cli(tmp_path, capsys):
     # the same tables again are refused; another name is fine
     assert main(["eval", "--env", ENV, "--agent", "expert", "--limit", "6",
                  "--out", str(tmp_path), "--name", "expert"]) == 2
-    assert "expert.md already exists" in capsys.readouterr().err
+    assert "expert.md' already exists; pass --overwrite true" in capsys.readouterr().err
 
 
 def test_eval_defaults_to_the_held_out_split_and_names_bad_values(tmp_path, capsys):

@@ -63,7 +63,7 @@ class EvalArguments:
     name: str | None = None
     """File stem of the tables (default: <agent>_<env>_<split>)."""
     overwrite: bool = False
-    """Replace tables of the same name in --out (otherwise they are kept and eval refuses)."""
+    """Replace tables of the same name in --out (refused otherwise)."""
     save_trajectories: bool = False
     """Also write every episode (prompt, raw output, parsed action, observation, reward per
     step) to <name>.trajectories.jsonl."""
@@ -173,6 +173,7 @@ def build_agent(arguments: EvalArguments, env_id: str):
 def evaluate_command(arguments: EvalArguments) -> int:
     from training.checkpoint import resolve_checkpoint
     from training.cli import UserError, check_env, check_file_name, require_writable
+    from training.outputs import OutputExists, claim_file
 
     check_file_name(arguments.name, "--name")
     if arguments.checkpoint:
@@ -202,11 +203,11 @@ def evaluate_command(arguments: EvalArguments) -> int:
     name = arguments.name or "_".join(
         [arguments.agent, env_id.split("/")[-1], plan.split or "nosplit"])
     out = Path(arguments.out)
-    tables = [out / f"{name}.{suffix}" for suffix in ("md", "json", "csv", "trajectories.jsonl")]
-    existing = [str(p) for p in tables if p.exists()]
-    if existing and not arguments.overwrite:
-        raise UserError(f"{existing[0]} already exists; choose another --name or --out, or "
-                        "pass --overwrite true to replace it")
+    try:
+        for suffix in ("md", "json", "csv", "trajectories.jsonl"):
+            claim_file(out / f"{name}.{suffix}", arguments.overwrite, "--name")
+    except OutputExists as error:
+        raise UserError(str(error)) from None
     require_writable(out, "--out")
     if arguments.replay:
         require_writable(arguments.replay, "--replay")

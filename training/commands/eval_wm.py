@@ -147,6 +147,7 @@ def transition_markdown(rows: list[dict], title: str, wm_context: str) -> str:
 
 def evaluate_world_model(arguments: EvalWMArguments) -> int:
     from training.cli import UserError, check_file_name, require_writable
+    from training.outputs import OutputExists, claim_file
     from training.world_model import (SPLIT_KEY, EmbeddingReward, load_examples, predict,
                                       read_predictions, select_split, summarize_predictions,
                                       table_markdown, write_predictions, write_wm_tables)
@@ -210,11 +211,11 @@ def evaluate_world_model(arguments: EvalWMArguments) -> int:
                     model=arguments.model, checkpoint=arguments.checkpoint)
     out = Path(arguments.out)
     suffixes = ("md", "json") if fmt == "transition" else ("md", "json", "predictions.jsonl")
-    files = [out / f"{name}.{suffix}" for suffix in suffixes]
-    existing = [str(p) for p in files if p.exists()]
-    if existing and not arguments.overwrite:
-        raise UserError(f"{existing[0]} already exists; choose another --name or --out, or "
-                        "pass --overwrite true to replace it")
+    try:
+        for suffix in suffixes:
+            claim_file(out / f"{name}.{suffix}", arguments.overwrite, "--name")
+    except OutputExists as error:
+        raise UserError(str(error)) from None
     require_writable(out, "--out")
     if not arguments.from_predictions:
         from training.evaluate import load_policy

@@ -40,12 +40,15 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--out", default=None, metavar="PATH",
                         help=f"image to write; PNG, PDF, SVG, ... by its suffix (default: "
                         f"{DEFAULT_NAME} in the first run's folder)")
-    parser.add_argument("--force", action="store_true", help="overwrite an existing --out")
+    parser.add_argument("--overwrite", type=_true_or_false, default=False,
+                        metavar="true|false", help="replace an existing --out (refused "
+                        "otherwise)")
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
     from training.cli import UserError, require_writable
+    from training.outputs import OutputExists, claim_file
     from training.plots import DEFAULT_SMOOTH, load_run, logged_metrics, plot_runs
 
     if not args.runs and not args.groups:
@@ -70,9 +73,10 @@ def run(args) -> int:
     if out.suffix.lstrip(".").lower() not in _image_formats():
         raise UserError(f"--out {str(out)!r}: unknown image type; end it with one of "
                         f"{', '.join('.' + f for f in sorted(_image_formats()))}")
-    if out.exists() and not args.force:
-        raise UserError(f"--out {str(out)!r} already exists; pass --force to overwrite it or "
-                        "choose another --out")
+    try:
+        claim_file(out, args.overwrite, "--out")
+    except OutputExists as error:
+        raise UserError(str(error)) from None
     require_writable(out.parent, "--out")
     written = plot_runs(runs, out, groups=groups, title=args.title, keys=keys, smooth=smooth)
     if written is None:
@@ -81,6 +85,18 @@ def run(args) -> int:
                         "runs; pick others with --metrics")
     print(f"wrote {written}")
     return 0
+
+
+def _true_or_false(text: str) -> bool:
+    """``--overwrite``'s value, spelled as every other command's boolean flags."""
+    import argparse
+
+    from training.config import parse_value
+
+    try:
+        return parse_value(text, bool)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _group_paths(specs: list[str], error: type[Exception]) -> dict[str, list[str]]:

@@ -47,6 +47,8 @@ class ServeRetrieverArguments:
     """Largest request body."""
     export_corpus: str | None = None
     """Also write the served passages to this .jsonl (e.g. the embedded corpus)."""
+    overwrite: bool = False
+    """Replace an existing --export_corpus file (refused otherwise)."""
 
 
 def add_parser(subparsers) -> None:
@@ -70,6 +72,13 @@ def run(args) -> int:
     arguments = arguments_from(args, ServeRetrieverArguments)
     if not 0 <= arguments.port <= 65535:
         raise UserError(f"--port {arguments.port}: a TCP port is 0-65535 (0 picks a free one)")
+    if arguments.export_corpus:
+        from training.outputs import OutputExists, claim_file
+
+        try:
+            claim_file(arguments.export_corpus, arguments.overwrite, "--export_corpus")
+        except OutputExists as error:
+            raise UserError(str(error)) from None
     if arguments.corpus == "embedded":
         documents = build_kb(KBConfig(seed=arguments.kb_seed,
                                       scale=arguments.kb_scale)).documents
