@@ -142,7 +142,8 @@ def warm_start(env: str, epochs: int, lr: float = 3e-3, size: str = "nano",
             replay = _subset_replay(replay, episodes, CACHE / env / f"expert-demos-n{episodes}")
         _, history = run_sft(SFTConfig(model=str(base), replay=str(replay), output_dir=str(out),
                                        epochs=epochs, lr=lr, seed=0, device="cpu",
-                                       token_budget=8192, progress=False))
+                                       token_budget=8192, progress=False,
+                                       overwrite=True))  # an interrupted build of this cache
         write_json(out / "sft_history.json", history)
         _mark_done(out)
     return out

@@ -222,7 +222,10 @@ def test_sft_record_env_twice_does_not_duplicate(tmp_path, capsys, tiny_model_di
                str(tmp_path / "sft"), "--epochs", "1", "--progress", "false"]
     assert main(command) == 0
     assert "recorded 3 expert episodes" in capsys.readouterr().out
-    assert main(command) == 0
+    assert main(command) == 2  # its model is there: refused before recording anything
+    assert "already holds the output of an earlier `paw-gym sft`; pass --overwrite true" in \
+        capsys.readouterr().err
+    assert main([*command, "--overwrite", "true"]) == 0
     assert "recorded 0 expert episodes" in capsys.readouterr().out
     assert len(WMReplay.load(tmp_path / "demos").episodes()) == 3
 

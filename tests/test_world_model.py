@@ -305,3 +305,13 @@ def test_the_cli_refuses_bad_values_in_one_line(argv, message, capsys, tmp_path)
         == 2
     error = capsys.readouterr().err.strip()
     assert "\n" not in error and message in error, error
+
+
+def test_train_wm_keeps_a_users_output_folder_unless_overwrite(tmp_path, capsys):
+    out = tmp_path / "wm"
+    out.mkdir()
+    (out / "model.safetensors").write_text("a user's model")
+    assert main(["train-wm", "--record_env", "PaW/Shelf-v0", "--output_dir", str(out)]) == 2
+    assert "already holds 1 entries paw-gym did not write; pass --overwrite true" in \
+        capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["model.safetensors"]

@@ -36,7 +36,10 @@ def claim_folder(folder: str | Path, command: str, overwrite: bool,
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise OutputExists(f"{flag} {str(folder)!r} is a file; give a folder")
-    entries = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    # A folder holding nothing but a claim is empty: claiming it again (a command, then the
+    # function it calls) is no overwrite.
+    entries = sorted(p.name for p in folder.iterdir() if p.name != MARKER) \
+        if folder.is_dir() else []
     if entries and not overwrite:
         earlier = _marker(folder).get("command")
         what = f"the output of an earlier `paw-gym {earlier}`" if earlier else \
@@ -44,7 +47,7 @@ def claim_folder(folder: str | Path, command: str, overwrite: bool,
         raise OutputExists(f"{flag} {str(folder)!r} already holds {what}; pass --overwrite true "
                            "to replace it (only what paw-gym wrote there is removed), or choose "
                            f"another {flag}")
-    foreign = [name for name in entries if name != MARKER]
+    foreign = entries
     kept = _marker(folder).get("foreign")
     if isinstance(kept, list):  # the earlier claim's record of what was not paw-gym's
         for name in foreign:

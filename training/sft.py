@@ -27,6 +27,9 @@ class SFTConfig:
     """WMReplay directory with the expert transitions (RecordTransitions output)."""
     output_dir: str = "runs/sft"
     """Where the fine-tuned model (or adapter) is saved."""
+    overwrite: bool = False
+    """Replace what an earlier paw-gym command wrote in ``output_dir`` (refused otherwise,
+    before the model loads)."""
     successful_only: bool = True
     """Train only on episodes that were won."""
     epochs: int = 3
@@ -112,6 +115,9 @@ def run_sft(config: SFTConfig) -> tuple[Path, list[dict[str, Any]]]:
     from training.batch import collate
     from training.objective import gather_logprobs
 
+    from training.outputs import claim_folder
+
+    claim_folder(config.output_dir, "sft", config.overwrite)
     random.seed(config.seed)
     torch.manual_seed(config.seed)
     policy = HFPolicy(config.model, device=config.device, dtype="auto", seed=config.seed)

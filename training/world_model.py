@@ -110,6 +110,9 @@ class WorldModelConfig:
     --record_env)."""
     output_dir: str = "runs/world-model"
     """Where the model (<output_dir>/model), metrics.jsonl and curves.png are written."""
+    overwrite: bool = False
+    """Replace what an earlier paw-gym command wrote in ``output_dir`` (refused otherwise;
+    ``paw-gym train-wm`` checks it before recording or loading anything)."""
     val_fraction: float = 0.1
     """Share of the episodes held out for validation (by a seeded hash of the episode's
     transitions)."""

@@ -67,6 +67,12 @@ def run(args) -> int:
     elif not Path(config.replay).exists():
         raise UserError(f"--replay {config.replay!r} does not exist; record one with "
                         "`paw-gym play --env ENV --replay DIR` or use --record_env")
+    from training.outputs import OutputExists, claim_folder
+
+    try:
+        claim_folder(config.output_dir, "train-wm", config.overwrite)
+    except OutputExists as error:
+        raise UserError(str(error)) from None
     require_writable(config.output_dir, "--output_dir")
     if recording.record_env:
         replay = Path(config.output_dir) / "replay"
