@@ -30,6 +30,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,7 @@ def run(variant: str, seed: int) -> Path:
     records = read_metrics(out / "rl" / "metrics.jsonl")
     result = {
         "variant": variant, "seed": seed, "settings": VARIANTS[variant],
+        "demo_config": asdict(config),
         "before": summary["before"]["success"], "after": summary["after"]["success"],
         "invalid_before": summary["before"]["invalid"], "invalid_after": summary["after"]["invalid"],
         "curve": [{k: r[k] for k in ("step", *CURVE_KEYS) if k in r} for r in records],
