@@ -228,6 +228,16 @@ def test_cli_gen_alfworld_writes_official_layout(tmp_path, capsys):
     assert len(games) == 1 and "pick_heat_then_place_in_recep-" in str(games[0])
     assert "1 games written" in capsys.readouterr().out
     assert main(["gen-alfworld", "--out", str(tmp_path), "--per-type", "0"]) == 2
+    # Games paw-gym did not generate (the official data placed there) are never wiped.
+    official = tmp_path / "json_2.1.1" / "valid_unseen" / "pick_and_place_simple-x" / "trial-1"
+    official.mkdir(parents=True)
+    (official / "game.tw-pddl").write_text("{}")
+    capsys.readouterr()
+    assert main(["gen-alfworld", "--out", str(tmp_path), "--per-type", "1", "--no-progress",
+                 "--splits", "eval_out_of_distribution", "--task-types",
+                 "pick_heat_then_place_in_recep"]) == 2
+    assert "valid_unseen holds games paw-gym did not generate" in capsys.readouterr().err
+    assert (official / "game.tw-pddl").read_text() == "{}"
 
 
 def test_command_cache_keys_ignore_where_the_agent_stands():

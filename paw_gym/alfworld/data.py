@@ -23,6 +23,7 @@ from pathlib import Path
 from paw_gym.alfworld.generate import (
     DATA_VERSION_DIR,
     GENERATOR_VERSION,
+    IN_PROGRESS,
     MANIFEST,
     GenerationConfig,
     generate,
@@ -82,6 +83,8 @@ def ensure_generated(split: str, per_type: int = DEFAULT_CACHE_PER_TYPE,
         return root
     try:
         with _exclusive(root.parent / f"{root.name}.lock"):
+            if split_dir(root, split).is_dir():  # an interrupted build of paw-gym's own cache
+                (split_dir(root, split) / IN_PROGRESS).touch()
             generate(GenerationConfig(out=root, per_type=per_type, seed=seed, splits=(split,),
                                       progress=progress))
         return root

@@ -29,6 +29,8 @@ GENERATOR_VERSION = 1
 DATA_VERSION_DIR = "json_2.1.1"
 #: Written last in a split folder: its presence means the split is complete.
 MANIFEST = "paw_gym_manifest.json"
+#: Written into a split folder while its games are generated: a rerun may replace the folder.
+IN_PROGRESS = "paw_gym_generating"
 #: Scenes tried for one game before giving up on a task type in a split.
 MAX_ATTEMPTS = 200
 
@@ -74,6 +76,18 @@ def is_complete(config: GenerationConfig, split: str) -> bool:
     return made_with == (GENERATOR_VERSION, config.seed, config.per_type, list(config.task_types))
 
 
+def check_replaceable(config: GenerationConfig, split: str) -> None:
+    """``FileExistsError`` when the folder of ``split`` holds games paw-gym did not generate
+    (no manifest, no in-progress marker: e.g. the official ALFWorld data placed there), which
+    generating would delete."""
+    root = split_dir(config.out, split)
+    if root.is_dir() and any(root.iterdir()) and not (root / MANIFEST).exists() \
+            and not (root / IN_PROGRESS).exists():
+        raise FileExistsError(f"{root} holds games paw-gym did not generate (the official "
+                              "ALFWorld data?); generating would replace them, so give "
+                              "another --out")
+
+
 def _scenes_for(split: str, task_type: str) -> list[int]:
     import alfworld.gen.constants as constants
 
@@ -116,8 +130,11 @@ def generate_split(config: GenerationConfig, split: str, engine=None, bar=None) 
     root = split_dir(config.out, split)
     if is_complete(config, split):
         return 0, 0
-    if root.exists():  # an interrupted earlier run
+    check_replaceable(config, split)
+    if root.exists():  # paw-gym's own: an interrupted run, or other settings
         shutil.rmtree(root)
+    root.mkdir(parents=True)
+    (root / IN_PROGRESS).write_text("", encoding="utf-8")
     own_engine = engine is None
     engine = engine or ALFWorldEngine(cache_size=1)
     written = rejected = 0
@@ -161,6 +178,7 @@ def generate_split(config: GenerationConfig, split: str, engine=None, bar=None) 
                 "per_type": config.per_type, "task_types": list(config.task_types),
                 "games": games, "rejected": rejected}
     (root / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    (root / IN_PROGRESS).unlink()
     return written, rejected
 
 
@@ -178,6 +196,8 @@ def generate(config: GenerationConfig) -> GenerationReport:
     if config.per_type < 1:
         raise ValueError(f"per_type={config.per_type} must be at least 1")
     todo = [s for s in config.splits if not is_complete(config, s)]
+    for split in todo:  # before any work
+        check_replaceable(config, split)
     report = GenerationReport()
     total = len(todo) * len(config.task_types) * config.per_type
     engine = ALFWorldEngine(cache_size=1)

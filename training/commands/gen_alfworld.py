@@ -66,6 +66,8 @@ def run(args) -> int:
         report = generate(config)
     except (ImportError, ModuleNotFoundError) as error:
         raise UserError(f"{error}; install it with: pip install 'paw-gym[alfworld]'") from error
+    except FileExistsError as error:
+        raise UserError(str(error)) from None
     for split in config.splits:
         state = f"{report.written[split]} games written" if split in report.written \
             else "already complete, kept"
