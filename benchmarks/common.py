@@ -201,7 +201,7 @@ def train_config(env: str, model: Path, output_dir: Path, **overrides: Any):
         r_max=preset.r_max, lora=False, n_groups=4, group_size=4,
         max_new_tokens=preset.max_new_tokens, total_steps=10, lr=2e-4, mini_batch_size=0,
         token_budget=16384, max_seq_len=8192, max_obs_tokens=256, output_dir=str(output_dir),
-        overwrite_output_dir=True,  # benchmark scratch: a rerun replaces it
+        overwrite=True,  # benchmark scratch: a rerun replaces it
         save_every=0, keep_checkpoints=1, device="cpu", progress=False, seed=0)
     values.update(preset.extra)
     values.update(overrides)

@@ -91,7 +91,8 @@ def run(variant: str, seed: int) -> Path:
     if path.is_file():
         return path
     out = WORK / f"{variant}__s{seed}"
-    config = DemoConfig(seed=seed, output_dir=str(out), **VARIANTS[variant])
+    config = DemoConfig(seed=seed, output_dir=str(out), overwrite=True,  # its own scratch
+                        **VARIANTS[variant])
     cpu, wall = time.process_time(), time.perf_counter()
     summary = run_demo(config, log=lambda _: None)
     records = read_metrics(out / "rl" / "metrics.jsonl")

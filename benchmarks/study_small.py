@@ -185,7 +185,7 @@ def train_and_evaluate(start: Path, output_dir: Path, seed: int = 0, updates: in
         model=str(start), env_id=env.id, env_kwargs={"split": "train"}, template=TEMPLATE,
         history_length=0, max_episode_steps=env.max_steps, max_new_tokens=24,
         total_steps=updates, max_seq_len=512, seed=seed, output_dir=str(output_dir),
-        overwrite_output_dir=True, save_every=0, device="cpu", progress=False, log_every=0,
+        overwrite=True, save_every=0, device="cpu", progress=False, log_every=0,
         record_replay=False, val_every=max(1, updates // MILESTONES), val_before_train=True, val_split="test",
         val_temperature=VAL_TEMPERATURE,
         val_wm_replay=str(wm_transitions) if wm_transitions else None,
@@ -362,7 +362,7 @@ def pilot(env: str, work: Path, updates: int) -> Path:
         history_length=0, max_episode_steps=study_env.max_steps, max_new_tokens=24,
         total_steps=updates, max_seq_len=512, seed=PILOT_SEED, lora=False, n_groups=8,
         group_size=8, lr=3e-4, mini_batch_size=64, algo="grpo", paw=False,
-        output_dir=str(work / "pilot"), overwrite_output_dir=True, save_every=0, device="cpu",
+        output_dir=str(work / "pilot"), overwrite=True, save_every=0, device="cpu",
         progress=False, log_every=0)
     clock = time.process_time()
     history = PaWTrainer(config).train()

@@ -123,7 +123,7 @@ def train_rl(model: Path, out: Path, seed: int, paw: bool) -> Path:
         max_new_tokens=demo.max_new_tokens, total_steps=demo.rl_steps, lr=demo.rl_lr,
         mini_batch_size=demo.rl_mini_batch_size, token_budget=16384, max_seq_len=2048,
         max_obs_tokens=demo.max_obs_tokens, seed=seed, output_dir=str(out),
-        overwrite_output_dir=True, save_every=0, keep_checkpoints=1, device="cpu",
+        overwrite=True, save_every=0, keep_checkpoints=1, device="cpu",
         log_every=0, progress=False, record_replay=False))
     trainer.train()
     trainer.model.save_pretrained(str(final), safe_serialization=True)

@@ -81,6 +81,13 @@ def test_small_demo_runs_end_to_end_and_reuses_the_cached_base(tmp_path, monkeyp
     run_demo(DemoConfig(output_dir=str(tmp_path / "b"), **small), log=logs.append)
     assert any("base model (cached)" in line for line in logs)
     assert len(list((tmp_path / "cache" / "tiny-base").iterdir())) == 1
+    # A second demo into a folder is refused before any work, unless overwrite.
+    from training.outputs import OutputExists
+
+    results = (out / "results.md").read_text()
+    with pytest.raises(OutputExists, match=r"earlier `paw-gym demo`; pass --overwrite true"):
+        run_demo(DemoConfig(output_dir=str(out), **small), log=logs.append)
+    assert (out / "results.md").read_text() == results
 
 
 #: Builds the small base of the test below in a fresh process and prints its weights' digest.

@@ -265,13 +265,13 @@ def test_a_new_run_refuses_a_folder_that_holds_a_run(tiny_model_dir, tmp_path):
     (out / "notes.txt").write_text("mine")
     with pytest.raises(FileExistsError, match=r"already holds a training run \(checkpoints, "
                                               r"metrics.jsonl, config.yaml, curves.png, replay\); pass "
-                                              r"--resume .* --overwrite_output_dir true"):
+                                              r"--resume .* --overwrite true"):
         PaWTrainer(first).train()
     assert {p.name: p.read_bytes() for p in (out / "metrics.jsonl", out / "config.yaml")} == before
     # Asked to overwrite: the old run goes (its step-2 checkpoint no longer outranks the new
     # run's step 1), the user's own file stays.
     PaWTrainer(_config(tiny_model_dir, tmp_path, total_steps=1, save_every=1,
-                       keep_checkpoints=1, overwrite_output_dir=True)).train()
+                       keep_checkpoints=1, overwrite=True)).train()
     assert latest_checkpoint(out).name == "step-000001"
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1]
     assert {r["update"] for r in WMReplay.load(out / "replay")} == {1}  # the old run's went

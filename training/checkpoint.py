@@ -137,7 +137,7 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, str | None]:
     return path, None
 
 
-#: What a training run writes into its output_dir (the earlier run ``overwrite_output_dir`` removes).
+#: What a training run writes into its output_dir (the earlier run ``overwrite`` removes).
 RUN_FILES = ("checkpoints", "metrics.jsonl", "config.yaml", "curves.png", "tensorboard",
              "replay")
 
@@ -152,7 +152,7 @@ def check_output_dir(output_dir: str | Path, resume: bool, overwrite: bool) -> N
         return
     raise FileExistsError(
         f"output_dir {str(out)!r} already holds a training run ({', '.join(found)}); pass "
-        "--resume to continue it, --overwrite_output_dir true to delete it and start over, or "
+        "--resume to continue it, --overwrite true to delete it and start over, or "
         "choose another --output_dir")
 
 

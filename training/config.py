@@ -221,8 +221,8 @@ class TrainConfig:
     """One seed for Python, NumPy, torch and the envs."""
     output_dir: str = "runs/paw"
     """Checkpoints, metrics.jsonl and curves go here. A new (not resumed) run refuses a folder
-    that already holds a run unless ``overwrite_output_dir``."""
-    overwrite_output_dir: bool = False
+    that already holds a run unless ``overwrite``."""
+    overwrite: bool = False
     """Start a new run in an ``output_dir`` that holds an earlier one, deleting that run's
     checkpoints, metrics and curves (nothing else in the folder)."""
     save_every: int = 10

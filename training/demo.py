@@ -118,6 +118,9 @@ class DemoConfig:
     """Seeds everything."""
     output_dir: str = "runs/demo"
     """Where everything goes."""
+    overwrite: bool = False
+    """Replace an earlier demo (or anything paw-gym wrote) in ``output_dir``; refused
+    otherwise, before any work."""
     threads: int = 1
     """torch CPU threads (the tiny model runs fastest on one; more threads only help an idle
     machine with a bigger model)."""
@@ -128,13 +131,13 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     import torch
 
     from training.evaluate import evaluate, load_policy, plan_evaluation, write_tables
+    from training.outputs import claim_folder
     from training.sft import SFTConfig, record_expert_demos, run_sft
     from training.trainer import PaWTrainer
 
     check_demo_config(config)
-    out = Path(config.output_dir)
+    out = claim_folder(config.output_dir, "demo", config.overwrite)
     torch.set_num_threads(config.threads)
-    out.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -262,7 +265,7 @@ def rl_config(config: DemoConfig, model: Path, output_dir: Path):
         total_steps=config.rl_steps, lr=config.rl_lr, mini_batch_size=config.rl_mini_batch_size,
         norm_adv_by_std=config.norm_adv_by_std, entropy_coef=config.entropy_coef,
         token_budget=16384, max_seq_len=2048, max_obs_tokens=config.max_obs_tokens,
-        seed=config.seed, output_dir=str(output_dir), overwrite_output_dir=True,
+        seed=config.seed, output_dir=str(output_dir), overwrite=True,
         save_every=0, keep_checkpoints=1, device="cpu", val_every=config.val_every,
         val_before_train=config.val_every > 0, val_split=config.eval_split,
         val_limit=config.eval_limit, val_temperature=config.eval_temperature)

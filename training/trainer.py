@@ -35,7 +35,7 @@ from wrappers.replay import WMReplay
 
 #: Settings that change how a run is shown or stored, not what it computes: a resume may
 #: change them without a warning.
-RUN_ONLY_FIELDS = ("overwrite_output_dir", "progress", "log_every", "tensorboard", "wandb",
+RUN_ONLY_FIELDS = ("overwrite", "progress", "log_every", "tensorboard", "wandb",
                    "wandb_project", "record_replay")
 
 #: The run's replay of every on-policy transition, under ``output_dir``.
@@ -163,10 +163,10 @@ class PaWTrainer:
         """
         config, world = self.config, self.world
         out = Path(config.output_dir)
-        ckpt.check_output_dir(out, bool(resume), config.overwrite_output_dir)
+        ckpt.check_output_dir(out, bool(resume), config.overwrite)
         world.barrier()  # every rank has checked before rank 0 changes anything
         if world.is_main:
-            if config.overwrite_output_dir and not resume:
+            if config.overwrite and not resume:
                 ckpt.remove_run(out)
             out.mkdir(parents=True, exist_ok=True)
         world.barrier()

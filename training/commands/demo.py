@@ -25,9 +25,12 @@ def run(args) -> int:
     from training.demo import DemoConfig, check_demo_config, run_demo
 
     config = arguments_from(args, DemoConfig)
+    from training.outputs import OutputExists, claim_folder
+
     try:
         check_demo_config(config)
-    except ValueError as error:
+        claim_folder(config.output_dir, "demo", config.overwrite)
+    except (ValueError, OutputExists) as error:
         raise UserError(str(error)) from error
     summary = run_demo(config)
     results = (Path(config.output_dir) / "results.md").read_text(encoding="utf-8")

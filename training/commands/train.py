@@ -40,7 +40,7 @@ def run(args) -> int:
     resume = True if resume == "latest" else resume
     # Everything a user can get wrong, before the model loads and before any file is touched.
     try:
-        check_output_dir(config.output_dir, bool(resume), config.overwrite_output_dir)
+        check_output_dir(config.output_dir, bool(resume), config.overwrite)
         check_model_source(config.model)
         check_group_count(config, launched_world_size())
         if config.init_checkpoint and not Path(config.init_checkpoint).is_dir():
