@@ -50,3 +50,13 @@ def test_ci_runs_the_readme_test_command():
     commands = re.findall(r"```bash\n# tests\n(.+?)\n```", README)
     assert len(commands) == 1
     assert commands[0] in (REPO / ".ci" / "run").read_text(encoding="utf-8")
+
+
+def test_agents_example_runs(tiny_model_dir, capsys, one_torch_thread):
+    code = python_block_after("<!-- agents-example").replace('"runs/tiny-micro"',
+                                                             repr(str(tiny_model_dir)))
+    namespace = {"__name__": "readme_example"}
+    exec(compile(code, "README.md", "exec"), namespace)
+    assert len(namespace["trajectories"]) == 8
+    out = capsys.readouterr()
+    assert out.out.splitlines()[-1].startswith("all ") and "rollout steps" in out.err
