@@ -8,7 +8,7 @@ the demo's RL stage with a setting's overrides and records the training success 
 update. No held-out task is played, so choosing a setting here does not look at the numbers
 that ``demo_seeds.py`` reports afterwards.
 
-    python benchmarks/demo_stability.py --seeds 2 3 6 8 --variants vanilla --settings lr1e-4
+    python benchmarks/demo_stability.py --seeds 2 3 6 8 --variants vanilla --settings one_step
     python benchmarks/demo_stability.py --report
 
 One JSON per (setting, variant, seed) in ``benchmarks/results/demo_stability/``; existing
@@ -32,11 +32,9 @@ RESULTS = Path(__file__).resolve().parent / "results" / "demo_stability"
 WORK = Path(__file__).resolve().parents[1] / "runs" / "demo_stability"
 #: setting -> TrainConfig overrides of the demo's RL stage
 SETTINGS: dict[str, dict[str, Any]] = {
-    "default": {},
-    "lr1e-4": {"lr": 1e-4},
-    "one_step": {"mini_batch_size": 0},
-    "warmup": {"warmup_steps": 24},
-    "kl0.1": {"kl_coef": 0.1},
+    "ppo_48": {"mini_batch_size": 48},  # the demo's setting before the fix: 4-8 steps/update
+    "lr1e-4": {"lr": 1e-4, "mini_batch_size": 48},
+    "one_step": {"mini_batch_size": 0},  # the demo's setting since
 }
 VARIANTS = {"paw": True, "vanilla": False}
 
@@ -85,7 +83,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    parser.add_argument("--settings", nargs="+", default=["default"], choices=list(SETTINGS))
+    parser.add_argument("--settings", nargs="+", default=["one_step"], choices=list(SETTINGS))
     parser.add_argument("--updates", type=int, default=4)
     parser.add_argument("--workers", type=int, default=1, help="parallel runs (1 thread each)")
     parser.add_argument("--report", action="store_true", help="only print the report")
