@@ -78,6 +78,18 @@ def train_yaml(body: str) -> Callable[[Path], int]:
     return run
 
 
+def train_flags(base: str, *flags: str) -> Callable[[Path], int]:
+    """``paw-gym train --config`` on the valid one-second ``base`` with ``flags`` on top."""
+    def run(work: Path) -> int:
+        from training.cli import main
+
+        _tiny(work)
+        config = write("config.yaml", base.replace("{work}", str(work)))(work)
+        return main(["train", "--config", str(config), "--output_dir", str(work / "run"),
+                     *flags])
+    return run
+
+
 def api(call: Callable[[Path], Any]) -> Callable[[Path], Any]:
     return call
 
@@ -155,20 +167,22 @@ def cases() -> list[Case]:
         Case("train config", "YAML syntax error", train_yaml("model: [unclosed\n"), "config.yaml"),
         Case("train config", "config is a list", train_yaml("- a\n- b\n"), "mapping"),
         Case("train config", "unknown key", train_yaml("lrr: 1\n"), "unknown config key"),
-        Case("train config", "device: gpu", make_base("device: gpu\n"), "device"),
+        Case("train config", "device: gpu", train_flags(base, "--device", "gpu"), "device='gpu'"),
         Case("train config", "lr: -1", make_base("lr: -1\n"), "lr=-1"),
         Case("train config", "critic_lr: -0.5", make_base("critic_lr: -0.5\n"), "critic_lr=-0.5"),
         Case("train config", "history_length: -1", make_base("history_length: -1\n"),
              "history_length=-1"),
         Case("train config", "n_groups: 1.5", make_base("n_groups: 1.5\n"), "n_groups"),
         Case("train config", "paw: 3", make_base("paw: 3\n"), "paw=3"),
-        Case("train config", "total_steps: 0", make_base("total_steps: 0\n"), "total_steps=0"),
+        Case("train config", "total_steps: 0", train_flags(base, "--total_steps", "0"),
+             "total_steps=0"),
         Case("train config", "keep_checkpoints: 0", make_base("keep_checkpoints: 0\n"),
              "keep_checkpoints=0"),
         Case("train config", "max_obs_tokens: -5", make_base("max_obs_tokens: -5\n"),
              "max_obs_tokens"),
         Case("train config", "temperature: -1", make_base("temperature: -1\n"), "temperature"),
-        Case("train config", "unknown env_id", make_base("env_id: PaW/Nope-v0\n"), "PaW/Nope-v0"),
+        Case("train config", "unknown env_id", train_flags(base, "--env_id", "PaW/Nope-v0"),
+             "PaW/Nope-v0"),
         Case("train config", "env_kwargs unknown key", make_base("env_kwargs: {colour: red}\n"),
              "colour"),
         Case("train config", "env_kwargs bad value", make_base("env_kwargs: {split: dev}\n"),
@@ -233,6 +247,55 @@ def cases() -> list[Case]:
                                                      "--env-kwargs", "split"), "key=value"),
         Case("play", "env-kwargs unknown key", cli("play", "--env", "PaW/Shelf-v0",
                                                    "--env-kwargs", "colour=red"), "colour"),
+        # -- issue 27: accepted silently (ruining a run), tracebacks, lost data -------------
+        *[Case("train config", f"{flag} {value}", train_flags(base, f"--{flag}", value), expect)
+          for flag, value, expect in [
+              ("lr", "inf", "lr=inf"), ("max_grad_norm", "nan", "max_grad_norm=nan"),
+              ("temperature", "inf", "temperature=inf"), ("group_size", "1", "group_size=1"),
+              ("clip_eps", "-1", "clip_eps=-1"), ("kl_coef", "-1", "kl_coef=-1"),
+              ("warmup_steps", "-5", "warmup_steps=-5"), ("gamma", "nan", "gamma=nan"),
+              ("lora_r", "0", "lora_r=0"), ("lora_dropout", "2", "lora_dropout=2"),
+              ("logits_chunk", "0", "logits_chunk=0"),
+              ("train_task_seeds", "0", "train_task_seeds=0"),
+              ("seed", str(2**70), "seed=")]],
+        Case("train config", "a key given twice", train_yaml("lr: 1e-3\nlr: 2e-3\n"),
+             "given twice"),
+        Case("train config", "$NAME unset", train_yaml("model: $PAW_NOPE/x\n"), "PAW_NOPE"),
+        Case("train config", "key that is not a string", train_yaml("3: x\n"),
+             "unknown config key"),
+        Case("sft", "--epochs -1", cli("sft", "--epochs", "-1"), "epochs=-1"),
+        Case("sft", "--lr inf", cli("sft", "--lr", "inf"), "lr=inf"),
+        Case("sft", "--output_dir with a user's files", lambda work: (
+            _tiny(work), write("mine/model.safetensors", "a user's model")(work),
+            cli("sft", "--model", "{work}/tiny", "--output_dir", "{work}/mine")(work))[2],
+            "pass --overwrite true"),
+        Case("build-tiny-model", "--out with a user's files", lambda work: (
+            write("mine/config.json", "{}")(work),
+            cli("build-tiny-model", "--out", "{work}/mine")(work))[1], "pass --overwrite true"),
+        Case("train-wm", "--rho -1", cli("train-wm", "--rho", "-1", "--replay", "."), "--rho"),
+        Case("train-wm", "--output_dir with a user's files", lambda work: (
+            write("mine/model.safetensors", "a user's model")(work),
+            cli("train-wm", "--record_env", "PaW/Shelf-v0", "--output_dir", "{work}/mine")(
+                work))[1], "pass --overwrite true"),
+        Case("demo", "--rl_steps 0", cli("demo", "--rl_steps", "0", "--output_dir",
+                                         "{work}/demo"), "rl_steps=0"),
+        Case("demo", "--output_dir with a user's files", lambda work: (
+            write("mine/notes.txt", "mine")(work),
+            cli("demo", "--output_dir", "{work}/mine")(work))[1], "pass --overwrite true"),
+        Case("eval", "--max_steps 0", cli("eval", "--env", "PaW/Shelf-v0", "--agent", "random",
+                                          "--max_steps", "0"), "--max_steps 0"),
+        Case("eval", "--name ../../x", cli("eval", "--env", "PaW/Shelf-v0", "--agent", "random",
+                                           "--name", "../../x", "--out", "{work}/out"),
+             "plain file name"),
+        Case("serve-retriever", "--port 70000", cli("serve-retriever", "--port", "70000"),
+             "0-65535"),
+        Case("serve-retriever", "--export_corpus onto a user's file", lambda work: (
+            write("corpus.jsonl", "mine\n")(work),
+            cli("serve-retriever", "--export_corpus", "{work}/corpus.jsonl")(work))[1],
+            "pass --overwrite true"),
+        Case("resume", "optimizer.json damaged", _resume(
+            lambda c: (c / "optimizer.json").write_text('{"param_gr')),
+            "optimizer.json is damaged", fallback=True),
     ]
 
 

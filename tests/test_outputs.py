@@ -62,4 +62,5 @@ def test_a_file_is_refused_unless_overwrite(tmp_path):
                                            r"pass --overwrite true"):
         claim_file(path, overwrite=False, flag="--export_corpus")
     assert claim_file(path, overwrite=True, flag="--export_corpus") == path
-    assert claim_file(tmp_path / "sub" / "a.png", False, "--out").parent.is_dir()
+    with pytest.raises(OutputExists, match="is a folder"):
+        claim_file(tmp_path, overwrite=True, flag="--out")

@@ -62,14 +62,14 @@ def claim_folder(folder: str | Path, command: str, overwrite: bool,
 
 
 def claim_file(path: str | Path, overwrite: bool, flag: str) -> Path:
-    """Refuse an existing ``path`` unless ``overwrite``; the parent folder is created."""
+    """Refuse an existing ``path`` unless ``overwrite`` (whether its folder can be written is
+    ``training.cli.require_writable``'s question)."""
     path = Path(path)
     if path.is_dir():
         raise OutputExists(f"{flag} {str(path)!r} is a folder; give a file name")
     if path.exists() and not overwrite:
         raise OutputExists(f"{flag} {str(path)!r} already exists; pass --overwrite true to "
                            f"replace it, or choose another {flag}")
-    path.parent.mkdir(parents=True, exist_ok=True)
     return path
 
 

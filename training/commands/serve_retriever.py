@@ -67,7 +67,7 @@ def run(args) -> int:
     from paw_gym.searchqa.kb import KBConfig, build_kb
     from paw_gym.searchqa.retriever import make_retriever
     from paw_gym.searchqa.server import RetrievalServer, ServerLimits
-    from training.cli import UserError, arguments_from
+    from training.cli import UserError, arguments_from, require_writable
 
     arguments = arguments_from(args, ServeRetrieverArguments)
     if not 0 <= arguments.port <= 65535:
@@ -79,6 +79,7 @@ def run(args) -> int:
             claim_file(arguments.export_corpus, arguments.overwrite, "--export_corpus")
         except OutputExists as error:
             raise UserError(str(error)) from None
+        require_writable(Path(arguments.export_corpus).parent, "--export_corpus")
     if arguments.corpus == "embedded":
         documents = build_kb(KBConfig(seed=arguments.kb_seed,
                                       scale=arguments.kb_scale)).documents
