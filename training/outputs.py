@@ -53,7 +53,10 @@ def claim_folder(folder: str | Path, command: str, overwrite: bool,
         for name in foreign:
             if name not in kept:
                 path = folder / name
-                shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
         foreign = [name for name in foreign if name in kept]
     folder.mkdir(parents=True, exist_ok=True)
     (folder / MARKER).write_text(json.dumps({"command": command, "foreign": foreign}),
