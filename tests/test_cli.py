@@ -51,11 +51,15 @@ def test_help_without_subcommand():
 
 @pytest.mark.parametrize("command", [
     ["eval", "--env", "Test/GuessNumber-v0", "--agent", "expert", "--out"],
-    ["sft", "--model", "no-model", "--record-env", "Test/GuessNumber-v0", "--output_dir"],
+    ["sft", "--model", "{model}", "--record-env", "Test/GuessNumber-v0", "--output_dir"],
+    ["build-tiny-model", "--out"],
+    ["demo", "--output_dir"],
 ])
-def test_an_unwritable_output_folder_fails_before_any_work(tmp_path, capsys, command):
+def test_an_unwritable_output_folder_fails_before_any_work(tmp_path, capsys, command,
+                                                          tiny_model_dir):
     blocker = tmp_path / "a-file"
     blocker.write_text("in the way")
+    command = [word.replace("{model}", str(tiny_model_dir)) for word in command]
     assert main([*command, str(blocker / "out")]) == 2
     err = capsys.readouterr().err
     assert f"{str(blocker / 'out')!r} is not writable" in err

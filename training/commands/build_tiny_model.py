@@ -57,7 +57,7 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     import importlib
 
-    from training.cli import UserError, arguments_from, check_env
+    from training.cli import UserError, arguments_from, check_env, require_writable
 
     arguments = arguments_from(args, TinyModelArguments)
     for module in arguments.imports:
@@ -78,6 +78,7 @@ def run(args) -> int:
         raise UserError(f"--epsilon must be a probability in [0, 1], got {arguments.epsilon}")
     from training.outputs import OutputExists, claim_folder
 
+    require_writable(arguments.out, "--out")
     try:
         claim_folder(arguments.out, "build-tiny-model", arguments.overwrite, flag="--out")
     except OutputExists as error:

@@ -21,7 +21,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from training.cli import UserError, arguments_from
+    from training.cli import UserError, arguments_from, require_writable
     from training.demo import DemoConfig, check_demo_config, run_demo
 
     config = arguments_from(args, DemoConfig)
@@ -29,6 +29,7 @@ def run(args) -> int:
 
     try:
         check_demo_config(config)
+        require_writable(config.output_dir, "--output_dir")
         claim_folder(config.output_dir, "demo", config.overwrite)
     except (ValueError, OutputExists) as error:
         raise UserError(str(error)) from error

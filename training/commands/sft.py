@@ -52,11 +52,11 @@ def run(args) -> int:
         raise UserError(f"--model: {error}") from error
     from training.outputs import OutputExists, claim_folder
 
+    require_writable(config.output_dir, "--output_dir")
     try:  # before recording: a refusal must not cost the demos' time first
         claim_folder(config.output_dir, "sft", config.overwrite)
     except OutputExists as error:
         raise UserError(str(error)) from None
-    require_writable(config.output_dir, "--output_dir")
     if recording.record_env:
         require_writable(config.replay, "--replay")
         added, skipped = record_expert_episodes(

@@ -69,11 +69,11 @@ def run(args) -> int:
                         "`paw-gym play --env ENV --replay DIR` or use --record_env")
     from training.outputs import OutputExists, claim_folder
 
+    require_writable(config.output_dir, "--output_dir")
     try:
         claim_folder(config.output_dir, "train-wm", config.overwrite)
     except OutputExists as error:
         raise UserError(str(error)) from None
-    require_writable(config.output_dir, "--output_dir")
     if recording.record_env:
         replay = Path(config.output_dir) / "replay"
         record_replay(recording.record_env, recording.record_agent, recording.record_episodes,
