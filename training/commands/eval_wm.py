@@ -211,9 +211,10 @@ def evaluate_world_model(arguments: EvalWMArguments) -> int:
                     model=arguments.model, checkpoint=arguments.checkpoint)
     out = Path(arguments.out)
     suffixes = ("md", "json") if fmt == "transition" else ("md", "json", "predictions.jsonl")
+    files = [out / f"{name}.{suffix}" for suffix in suffixes]
     try:
-        for suffix in suffixes:
-            claim_file(out / f"{name}.{suffix}", arguments.overwrite, "--name")
+        for path in files:
+            claim_file(path, arguments.overwrite, "--name")
     except OutputExists as error:
         raise UserError(str(error)) from None
     require_writable(out, "--out")
