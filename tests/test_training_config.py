@@ -184,6 +184,9 @@ def test_a_key_given_twice_in_a_yaml_file_is_an_error(tmp_path):
     with pytest.raises(ValueError, match=r"twice.yaml: not valid YAML at line 3, column 1 \(the "
                                          r"key 'lr' is given twice\)"):
         load_config(config)
+    config.write_text("? [a, b]\n: 1\n")  # a key YAML cannot hash: still one line
+    with pytest.raises(ValueError, match=r"twice.yaml: not valid YAML .*unhashable key"):
+        load_config(config)
 
 
 def test_a_yaml_syntax_error_names_the_file_and_line(tmp_path):

@@ -586,6 +586,8 @@ def _unique_key_loader():
             seen: set = set()
             for key_node, _ in node.value:
                 key = self.construct_object(key_node, deep=deep)
+                if not isinstance(key, typing.Hashable):
+                    continue  # the safe loader names an unhashable key itself
                 if key in seen:
                     raise yaml.constructor.ConstructorError(
                         None, None, f"the key {key!r} is given twice", key_node.start_mark)
