@@ -120,6 +120,32 @@ def require_writable(folder: str | Path, flag: str) -> None:
                         "choose a folder you can write") from error
 
 
+def claim_output_folder(folder: str | Path, command: str, overwrite: bool,
+                        flag: str = "--output_dir") -> None:
+    """A command's output folder, before any work: writable, and claimed through the output
+    guard (:func:`training.outputs.claim_folder`); either mistake is one :class:`UserError`."""
+    from training.outputs import OutputExists, claim_folder
+
+    require_writable(folder, flag)
+    try:
+        claim_folder(folder, command, overwrite, flag=flag)
+    except OutputExists as error:
+        raise UserError(str(error)) from None
+
+
+def claim_output_files(paths: list[Path], overwrite: bool, flag: str, folder_flag: str) -> None:
+    """A command's output files (all in one folder), before any work: none there already unless
+    ``overwrite`` (:func:`training.outputs.claim_file`), and their folder writable."""
+    from training.outputs import OutputExists, claim_file
+
+    try:
+        for path in paths:
+            claim_file(path, overwrite, flag)
+    except OutputExists as error:
+        raise UserError(str(error)) from None
+    require_writable(Path(paths[0]).parent, folder_flag)
+
+
 def check_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> None:
     """A :class:`UserError` (one line) when ``env_id`` is not a registered env, listing this
     project's and the user's text envs and the nearest id, or when ``env_kwargs`` holds a key

@@ -57,7 +57,7 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     import importlib
 
-    from training.cli import UserError, arguments_from, check_env, require_writable
+    from training.cli import UserError, arguments_from, check_env, claim_output_folder
 
     arguments = arguments_from(args, TinyModelArguments)
     for module in arguments.imports:
@@ -76,13 +76,7 @@ def run(args) -> int:
         raise UserError("--pretrain-steps needs at least one --env to take episodes from")
     if not 0.0 <= arguments.epsilon <= 1.0:
         raise UserError(f"--epsilon must be a probability in [0, 1], got {arguments.epsilon}")
-    from training.outputs import OutputExists, claim_folder
-
-    require_writable(arguments.out, "--out")
-    try:
-        claim_folder(arguments.out, "build-tiny-model", arguments.overwrite, flag="--out")
-    except OutputExists as error:
-        raise UserError(str(error)) from None
+    claim_output_folder(arguments.out, "build-tiny-model", arguments.overwrite, flag="--out")
 
     from agents.corpus import env_texts, template_texts
     from agents.tiny_model import build_tiny_model, count_parameters

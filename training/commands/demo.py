@@ -21,18 +21,15 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from training.cli import UserError, arguments_from, require_writable
+    from training.cli import UserError, arguments_from, claim_output_folder
     from training.demo import DemoConfig, check_demo_config, run_demo
 
     config = arguments_from(args, DemoConfig)
-    from training.outputs import OutputExists, claim_folder
-
     try:
         check_demo_config(config)
-        require_writable(config.output_dir, "--output_dir")
-        claim_folder(config.output_dir, "demo", config.overwrite)
-    except (ValueError, OutputExists) as error:
+    except ValueError as error:
         raise UserError(str(error)) from error
+    claim_output_folder(config.output_dir, "demo", config.overwrite)
     summary = run_demo(config)
     results = (Path(config.output_dir) / "results.md").read_text(encoding="utf-8")
     print(results.split("## training-pool")[0].rstrip())

@@ -172,8 +172,8 @@ def build_agent(arguments: EvalArguments, env_id: str):
 
 def evaluate_command(arguments: EvalArguments) -> int:
     from training.checkpoint import resolve_checkpoint
-    from training.cli import UserError, check_env, check_file_name, require_writable
-    from training.outputs import OutputExists, claim_file
+    from training.cli import (UserError, check_env, check_file_name, claim_output_files,
+                              require_writable)
 
     check_file_name(arguments.name, "--name")
     if arguments.checkpoint:
@@ -203,12 +203,9 @@ def evaluate_command(arguments: EvalArguments) -> int:
     name = arguments.name or "_".join(
         [arguments.agent, env_id.split("/")[-1], plan.split or "nosplit"])
     out = Path(arguments.out)
-    try:
-        for suffix in ("md", "json", "csv", "trajectories.jsonl"):
-            claim_file(out / f"{name}.{suffix}", arguments.overwrite, "--name")
-    except OutputExists as error:
-        raise UserError(str(error)) from None
-    require_writable(out, "--out")
+    claim_output_files([out / f"{name}.{suffix}" for suffix in
+                        ("md", "json", "csv", "trajectories.jsonl")], arguments.overwrite,
+                       "--name", "--out")
     if arguments.replay:
         require_writable(arguments.replay, "--replay")
     try:

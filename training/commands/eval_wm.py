@@ -146,8 +146,7 @@ def transition_markdown(rows: list[dict], title: str, wm_context: str) -> str:
 
 
 def evaluate_world_model(arguments: EvalWMArguments) -> int:
-    from training.cli import UserError, check_file_name, require_writable
-    from training.outputs import OutputExists, claim_file
+    from training.cli import UserError, check_file_name, claim_output_files
     from training.world_model import (SPLIT_KEY, EmbeddingReward, load_examples, predict,
                                       read_predictions, select_split, summarize_predictions,
                                       table_markdown, write_predictions, write_wm_tables)
@@ -212,12 +211,7 @@ def evaluate_world_model(arguments: EvalWMArguments) -> int:
     out = Path(arguments.out)
     suffixes = ("md", "json") if fmt == "transition" else ("md", "json", "predictions.jsonl")
     files = [out / f"{name}.{suffix}" for suffix in suffixes]
-    try:
-        for path in files:
-            claim_file(path, arguments.overwrite, "--name")
-    except OutputExists as error:
-        raise UserError(str(error)) from None
-    require_writable(out, "--out")
+    claim_output_files(files, arguments.overwrite, "--name", "--out")
     if not arguments.from_predictions:
         from training.evaluate import load_policy
 

@@ -47,8 +47,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from training.cli import UserError, require_writable
-    from training.outputs import OutputExists, claim_file
+    from training.cli import UserError, claim_output_files
     from training.plots import DEFAULT_SMOOTH, load_run, logged_metrics, plot_runs
 
     if not args.runs and not args.groups:
@@ -73,11 +72,7 @@ def run(args) -> int:
     if out.suffix.lstrip(".").lower() not in _image_formats():
         raise UserError(f"--out {str(out)!r}: unknown image type; end it with one of "
                         f"{', '.join('.' + f for f in sorted(_image_formats()))}")
-    try:
-        claim_file(out, args.overwrite, "--out")
-    except OutputExists as error:
-        raise UserError(str(error)) from None
-    require_writable(out.parent, "--out")
+    claim_output_files([out], args.overwrite, "--out", "--out")
     written = plot_runs(runs, out, groups=groups, title=args.title, keys=keys, smooth=smooth)
     if written is None:
         asked = ", ".join(keys) if keys else "the default metrics"

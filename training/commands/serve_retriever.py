@@ -67,19 +67,14 @@ def run(args) -> int:
     from paw_gym.searchqa.kb import KBConfig, build_kb
     from paw_gym.searchqa.retriever import make_retriever
     from paw_gym.searchqa.server import RetrievalServer, ServerLimits
-    from training.cli import UserError, arguments_from, require_writable
+    from training.cli import UserError, arguments_from, claim_output_files
 
     arguments = arguments_from(args, ServeRetrieverArguments)
     if not 0 <= arguments.port <= 65535:
         raise UserError(f"--port {arguments.port}: a TCP port is 0-65535 (0 picks a free one)")
     if arguments.export_corpus:
-        from training.outputs import OutputExists, claim_file
-
-        try:
-            claim_file(arguments.export_corpus, arguments.overwrite, "--export_corpus")
-        except OutputExists as error:
-            raise UserError(str(error)) from None
-        require_writable(Path(arguments.export_corpus).parent, "--export_corpus")
+        claim_output_files([Path(arguments.export_corpus)], arguments.overwrite,
+                           "--export_corpus", "--export_corpus")
     if arguments.corpus == "embedded":
         documents = build_kb(KBConfig(seed=arguments.kb_seed,
                                       scale=arguments.kb_scale)).documents

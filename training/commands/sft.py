@@ -33,7 +33,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from training.cli import UserError, arguments_from, check_env, require_writable
+    from training.cli import (UserError, arguments_from, check_env, claim_output_folder,
+                              require_writable)
     from training.sft import SFTConfig, record_expert_episodes, run_sft
 
     config = arguments_from(args, SFTConfig)
@@ -50,13 +51,8 @@ def run(args) -> int:
         check_model_source(config.model)
     except (ValueError, FileNotFoundError) as error:
         raise UserError(f"--model: {error}") from error
-    from training.outputs import OutputExists, claim_folder
-
-    require_writable(config.output_dir, "--output_dir")
-    try:  # before recording: a refusal must not cost the demos' time first
-        claim_folder(config.output_dir, "sft", config.overwrite)
-    except OutputExists as error:
-        raise UserError(str(error)) from None
+    # Before recording too: a refusal must not cost the demos' time first.
+    claim_output_folder(config.output_dir, "sft", config.overwrite)
     if recording.record_env:
         require_writable(config.replay, "--replay")
         added, skipped = record_expert_episodes(

@@ -44,7 +44,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from training.cli import UserError, arguments_from, check_env, require_writable
+    from training.cli import UserError, arguments_from, check_env, claim_output_folder
     from training.world_model import WorldModelConfig, check_config, record_replay, \
         train_world_model
 
@@ -67,13 +67,7 @@ def run(args) -> int:
     elif not Path(config.replay).exists():
         raise UserError(f"--replay {config.replay!r} does not exist; record one with "
                         "`paw-gym play --env ENV --replay DIR` or use --record_env")
-    from training.outputs import OutputExists, claim_folder
-
-    require_writable(config.output_dir, "--output_dir")
-    try:
-        claim_folder(config.output_dir, "train-wm", config.overwrite)
-    except OutputExists as error:
-        raise UserError(str(error)) from None
+    claim_output_folder(config.output_dir, "train-wm", config.overwrite)
     if recording.record_env:
         replay = Path(config.output_dir) / "replay"
         record_replay(recording.record_env, recording.record_agent, recording.record_episodes,
