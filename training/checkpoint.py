@@ -13,7 +13,6 @@ Layout of ``<output_dir>/checkpoints/step-000010/``:
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 from pathlib import Path
@@ -22,6 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
+
+from training.outputs import write_text_atomically
 
 STEP_PREFIX = "step-"
 
@@ -104,11 +105,8 @@ def check_safetensors(files) -> None:
 
 
 def write_json_atomically(path: Path, payload: Any) -> None:
-    """Write JSON to a temporary file and rename it into place: a kill leaves the old file or
-    the new one, never half of one."""
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(payload), encoding="utf-8")
-    os.replace(temporary, path)
+    """Write JSON through :func:`training.outputs.write_text_atomically`."""
+    write_text_atomically(path, json.dumps(payload))
 
 
 def latest_checkpoint(output_dir: str | Path) -> Path | None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from training.outputs import write_text_atomically
 
 #: Curves drawn by :func:`plot_curves` (the paper's training-dynamics figures), when logged and
 #: not constant. Validation metrics share their training metric's panel where it has one.
@@ -30,13 +31,8 @@ class MetricsLogger:
         self.path = self.directory / "metrics.jsonl"
         kept = [r for r in read_metrics(self.path) if r["step"] <= start_step] \
             if start_step else []
-        # Written aside and renamed over the file: a kill during the rewrite leaves the old
-        # history whole, never an empty or half-written file.
-        temporary = self.path.with_name(self.path.name + ".tmp")
-        with open(temporary, "w", encoding="utf-8") as handle:
-            for record in kept:
-                handle.write(json.dumps(record) + "\n")
-        os.replace(temporary, self.path)
+        # A kill during the rewrite leaves the old history whole, never an empty file.
+        write_text_atomically(self.path, "".join(json.dumps(r) + "\n" for r in kept))
         self._file = open(self.path, "a", encoding="utf-8")
         self._tb = self._wandb = None
         if tensorboard:

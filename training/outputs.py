@@ -19,6 +19,7 @@ existing file is refused unless ``overwrite``.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -74,6 +75,14 @@ def claim_file(path: str | Path, overwrite: bool, flag: str) -> Path:
         raise OutputExists(f"{flag} {str(path)!r} already exists; pass --overwrite true to "
                            f"replace it, or choose another {flag}")
     return path
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path`` and rename it into place: a kill
+    leaves the old file or the new one, never half of one."""
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
 
 
 def _marker(folder: Path) -> dict:
