@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from training.metrics_log import run_folder
 from training.outputs import write_text_atomically
 
 STEP_PREFIX = "step-"
@@ -125,13 +126,13 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, str | None]:
     if any((path / name).is_file() for name in ("state.json", "config.json",
                                                  "adapter_config.json")):
         return path, None
-    for run in (path, path / "rl"):
-        if (run / "checkpoints").is_dir():
-            latest = latest_checkpoint(run)
-            if latest is None:
-                raise FileNotFoundError(f"{str(path)!r} is a training run with no complete "
-                                        f"checkpoint in {str(run / 'checkpoints')!r}")
-            return latest, f"using {latest}, the latest checkpoint of {path}"
+    run = run_folder(path)
+    if (run / "checkpoints").is_dir():
+        latest = latest_checkpoint(run)
+        if latest is None:
+            raise FileNotFoundError(f"{str(path)!r} is a training run with no complete "
+                                    f"checkpoint in {str(run / 'checkpoints')!r}")
+        return latest, f"using {latest}, the latest checkpoint of {path}"
     return path, None
 
 

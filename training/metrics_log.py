@@ -68,6 +68,15 @@ class MetricsLogger:
             self._wandb.finish()
 
 
+def run_folder(path: str | Path) -> Path:
+    """``path`` as a training run's folder: itself, or for a ``paw-gym demo`` folder (no
+    ``metrics.jsonl`` of its own) the run in its ``rl/``."""
+    path = Path(path)
+    if not (path / "metrics.jsonl").is_file() and (path / "rl" / "metrics.jsonl").is_file():
+        return path / "rl"
+    return path
+
+
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The step records of a ``metrics.jsonl`` ([] when there is none); lines that are not a
     record with an integer ``step`` (cut by a kill, or damaged) are skipped."""

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from training.metrics_log import CURVES, read_metrics
+from training.metrics_log import CURVES, read_metrics, run_folder
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -108,10 +108,8 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
     import yaml
 
     path = Path(path)
-    metrics = path / "metrics.jsonl" if path.is_dir() else path
-    if path.is_dir() and not metrics.is_file() and (path / "rl" / "metrics.jsonl").is_file():
-        metrics = path / "rl" / "metrics.jsonl"  # a `paw-gym demo` folder: its RL run
-        label = label or path.resolve().name
+    metrics = run_folder(path) / "metrics.jsonl" if path.is_dir() else path
+    label = label or (path.resolve().name if path.is_dir() else None)
     if not metrics.is_file():
         raise FileNotFoundError(f"{str(path)!r} has no metrics.jsonl: give a run folder written "
                                 "by `paw-gym train` or `paw-gym demo`, or a metrics.jsonl file")
