@@ -114,7 +114,6 @@ def run_sft(config: SFTConfig) -> tuple[Path, list[dict[str, Any]]]:
     from agents.hf_policy import HFPolicy
     from training.batch import collate
     from training.objective import gather_logprobs
-
     from training.outputs import claim_folder
 
     claim_folder(config.output_dir, "sft", config.overwrite)
