@@ -32,7 +32,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -110,6 +110,21 @@ def run(variant: str, seed: int) -> Path:
     return path
 
 
+def run_in_workers(seeds, stages: list[tuple[Callable[..., Any], list[tuple]]],
+                   workers: int) -> None:
+    """Record the demos of ``seeds`` (here, so that two workers never write one replay), then
+    each stage's ``function(*cell)`` for every cell, ``workers`` processes at a time, one stage
+    after the other; prints each result as it is done."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    for seed in seeds:
+        record_demos(seed)
+    with ProcessPoolExecutor(workers) as pool:
+        for function, cells in stages:
+            for result in pool.map(function, *zip(*cells)):
+                print("done", result, flush=True)
+
+
 def load() -> dict[str, dict[int, dict]]:
     runs: dict[str, dict[int, dict]] = {}
     for path in sorted(RESULTS.glob("*.json")):
@@ -175,21 +190,13 @@ def main(argv=None) -> int:
     parser.add_argument("--report", action="store_true", help="only print the report")
     args = parser.parse_args(argv)
     if not args.report:
-        from concurrent.futures import ProcessPoolExecutor
-
         seeds = range(args.first_seed, args.first_seed + args.seeds)
         contexts = sorted({VARIANTS[v].get("pretrain_wm_context") or VARIANTS[v]["wm_context"]
                            for v in args.variants})
         # Bases first (each once), then the runs, seed-major so a cut-short study stays paired.
         bases = [(seed, context) for seed in seeds for context in contexts]
         cells = [(variant, seed) for seed in seeds for variant in args.variants]
-        for seed in seeds:
-            record_demos(seed)
-        with ProcessPoolExecutor(args.workers) as pool:
-            for folder in pool.map(build_base, *zip(*bases)):
-                print("base", folder, flush=True)
-            for path in pool.map(run, *zip(*cells)):
-                print("done", path.name, flush=True)
+        run_in_workers(seeds, [(build_base, bases), (run, cells)], args.workers)
     print(report())
     return 0
 

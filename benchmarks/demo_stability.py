@@ -89,17 +89,11 @@ def main(argv=None) -> int:
     parser.add_argument("--report", action="store_true", help="only print the report")
     args = parser.parse_args(argv)
     if not args.report:
-        from concurrent.futures import ProcessPoolExecutor
+        from benchmarks.demo_seeds import run_in_workers
 
-        from benchmarks.demo_seeds import record_demos
-
-        for seed in args.seeds:
-            record_demos(seed)
         cells = [(s, v, seed, args.updates) for s in args.settings for seed in args.seeds
                  for v in args.variants]
-        with ProcessPoolExecutor(args.workers) as pool:
-            for path in pool.map(run, *zip(*cells)):
-                print("done", path.name, flush=True)
+        run_in_workers(args.seeds, [(run, cells)], args.workers)
     print(report())
     return 0
 
