@@ -163,9 +163,9 @@ def held_out_transitions(work: Path, env: StudyEnv = SHELF) -> Path:
 
 def train_and_evaluate(start: Path, output_dir: Path, seed: int = 0, updates: int = 12,
                        env: StudyEnv = SHELF, wm_transitions: Path | None = None,
-                       **overrides: Any) -> dict[str, Any]:
-    """RL from ``start`` (8 tasks × 8 rollouts per update, full fine-tuning at lr 3e-4),
-    validated on every held-out task before the first update and at each quarter of
+                       mini_batch_size: int = 0, **overrides: Any) -> dict[str, Any]:
+    """RL from ``start`` (8 tasks × 8 rollouts per update, full fine-tuning at lr 3e-4,
+    one optimizer step on the whole rollout unless ``mini_batch_size`` > 0), validated on every held-out task before the first update and at each quarter of
     ``updates`` (with the world-model reading when ``wm_transitions`` is given). Returns
     ``before`` / ``after`` held-out success (%), the validations and the per-update training
     metrics.
@@ -180,7 +180,7 @@ def train_and_evaluate(start: Path, output_dir: Path, seed: int = 0, updates: in
 
     algo = overrides.get("algo", "grpo")
     settings = dict(algo=algo, lora=False, n_groups=8, group_size=8,
-                    lr=3e-4 / (10.0 if algo == "rloo" else 1.0), mini_batch_size=64)
+                    lr=3e-4 / (10.0 if algo == "rloo" else 1.0), mini_batch_size=mini_batch_size)
     config = TrainConfig(
         model=str(start), env_id=env.id, env_kwargs={"split": "train"}, template=TEMPLATE,
         history_length=0, max_episode_steps=env.max_steps, max_new_tokens=24,
@@ -201,37 +201,44 @@ def train_and_evaluate(start: Path, output_dir: Path, seed: int = 0, updates: in
                       for h in history]}
 
 
-def results_dir(updates: int, env: StudyEnv = SHELF) -> Path:
-    """Where runs of ``updates`` RL updates on ``env`` are kept."""
-    return RESULTS / f"{env.results}_u{updates}"
+def study_name(updates: int, env: StudyEnv = SHELF, mini_batch_size: int = 0) -> str:
+    """``<results>_u<N>``, plus ``_mb<M>`` for runs that took PPO mini-batches of M
+    transitions (several optimizer steps per update) instead of one step per update."""
+    return f"{env.results}_u{updates}" + (f"_mb{mini_batch_size}" if mini_batch_size else "")
+
+
+def results_dir(updates: int, env: StudyEnv = SHELF, mini_batch_size: int = 0) -> Path:
+    """Where the result files of one study setting are kept."""
+    return RESULTS / study_name(updates, env, mini_batch_size)
 
 
 def run_cell(start: str, variant: str, seed: int, work: Path, updates: int,
-             env: str = "shelf") -> Path:
+             env: str = "shelf", mini_batch_size: int = 0) -> Path:
     """One (start, variant, seed) run, written to :func:`results_dir`; skipped when there."""
     import torch
 
     study_env = STUDY_ENVS[env]
-    path = results_dir(updates, study_env) / f"{start}__{variant}__s{seed}.json"
+    path = results_dir(updates, study_env, mini_batch_size) / f"{start}__{variant}__s{seed}.json"
     if path.is_file():
         return path
     torch.set_num_threads(1)
     model = build_start(work / f"start-{start}", STARTS[start], env=study_env)
     clock = time.process_time()
-    result = train_and_evaluate(model, run_dir(work, updates, path.stem), seed=seed,
+    result = train_and_evaluate(model, run_dir(work, path.parent.name, path.stem), seed=seed,
                                 updates=updates, env=study_env,
                                 wm_transitions=held_out_transitions(work, study_env),
-                                **VARIANTS[variant])
+                                mini_batch_size=mini_batch_size, **VARIANTS[variant])
     result.update(start=start, variant=variant, seed=seed, updates=updates,
-                  cpu_s=round(time.process_time() - clock, 1))
+                  mini_batch_size=mini_batch_size, cpu_s=round(time.process_time() - clock, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1), encoding="utf-8")
     return path
 
 
-def run_dir(work: Path, updates: int, name: str) -> Path:
-    """The trainer's output folder of a study run (metrics.jsonl, config.yaml, checkpoint)."""
-    return work / "runs" / f"u{updates}" / name
+def run_dir(work: Path, setting: str, name: str) -> Path:
+    """The trainer's output folder of a study run (metrics.jsonl, config.yaml, checkpoint);
+    ``setting`` is the run's :func:`study_name`."""
+    return work / "runs" / setting / name
 
 
 def mean_ci(values: list[float]) -> tuple[float, float]:
@@ -246,10 +253,11 @@ def mean_ci(values: list[float]) -> tuple[float, float]:
     return mean, t.ppf(0.975, n - 1) * sd / math.sqrt(n)
 
 
-def load_runs(updates: int, env: StudyEnv) -> dict[tuple[str, str], dict[int, dict]]:
-    """The results of ``updates``-update runs on ``env``: {(start, variant): {seed: result}}."""
+def load_runs(updates: int, env: StudyEnv, mini_batch_size: int = 0
+              ) -> dict[tuple[str, str], dict[int, dict]]:
+    """The results of one study setting: {(start, variant): {seed: result}}."""
     runs: dict[tuple[str, str], dict[int, dict]] = {}
-    for path in sorted(results_dir(updates, env).glob("*.json")):
+    for path in sorted(results_dir(updates, env, mini_batch_size).glob("*.json")):
         r = json.loads(path.read_text(encoding="utf-8"))
         runs.setdefault((r["start"], r["variant"]), {})[r["seed"]] = r
     return runs
@@ -264,20 +272,22 @@ def at(result: dict, fraction: float, key: str = "success") -> float | None:
 QUARTERS = (0.25, 0.5, 1.0)
 
 
-def report(env: str = "shelf", updates: int | None = None) -> str:
+def report(env: str = "shelf", updates: int | None = None, mini_batch_size: int = 0) -> str:
     """Markdown per start: held-out success at 0, 25, 50 and 100 % of the budget and the gain,
     the world model's next-observation accuracy before and after; then paired differences at
     the same points."""
     study_env = STUDY_ENVS[env]
     updates = updates or study_env.updates
-    runs = load_runs(updates, study_env)
+    runs = load_runs(updates, study_env, mini_batch_size)
+    steps = (f"PPO mini-batches of {mini_batch_size}" if mini_batch_size
+             else "one optimizer step per update")
     lines = []
     for start in STARTS:
         cells = {v: runs.get((start, v), {}) for v in VARIANTS}
         if not any(cells.values()):
             continue
         lines += [f"### `{study_env.id}`, start `{start}` (noisy-expert ε = {STARTS[start]}), "
-                  f"{updates} updates", "",
+                  f"{updates} updates, {steps}", "",
                   "| variant | seeds | held-out % at 0 | 25 % | 50 % | 100 % | gain (pp, 95 % CI) "
                   "| WM exact % start → end | WM token % start → end | CPU s / run |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -315,23 +325,24 @@ def report(env: str = "shelf", updates: int | None = None) -> str:
 PLOTTED = ("grpo", "grpo_paw", "gigpo", "gigpo_paw", "paw_end_of_turn", "paw_none")
 
 
-def plot(env: str, work: Path, updates: int | None = None, out_dir: Path = RESULTS
-         ) -> list[Path]:
+def plot(env: str, work: Path, updates: int | None = None, out_dir: Path = RESULTS,
+         mini_batch_size: int = 0) -> list[Path]:
     """``paw-gym plot --group`` of every start's runs: held-out success and next-observation
     accuracy (validation), training success and the leak metric, mean ± sd over seeds; one
-    figure per start, ``<out_dir>/<results>_u<N>_<start>.png``."""
+    figure per start, ``<out_dir>/<study_name>_<start>.png``."""
     from training.cli import main as paw_gym
 
     study_env = STUDY_ENVS[env]
     updates = updates or study_env.updates
+    setting = study_name(updates, study_env, mini_batch_size)
     written = []
     for start in STARTS:
-        groups = [f"{variant}={run_dir(work, updates, f'{start}__{variant}__s')}*"
+        groups = [f"{variant}={run_dir(work, setting, f'{start}__{variant}__s')}*"
                   for variant in PLOTTED
-                  if list(run_dir(work, updates, "").glob(f"{start}__{variant}__s*"))]
+                  if list(run_dir(work, setting, "").glob(f"{start}__{variant}__s*"))]
         if not groups:
             continue
-        out = out_dir / f"{results_dir(updates, study_env).name}_{start}.png"
+        out = out_dir / f"{setting}_{start}.png"
         argv = ["plot", *[arg for group in groups for arg in ("--group", group)],
                 "--metrics", "val_success,val_wm_exact,success,wm_leak", "--smooth", "0",
                 "--title", f"{study_env.id}, start {start}: mean ± sd over seeds",
@@ -386,6 +397,9 @@ def main(argv=None) -> int:
                         help="models and trainer runs (default: runs/<results folder>)")
     parser.add_argument("--updates", type=int, default=None,
                         help="RL updates per run (default: the env's budget)")
+    parser.add_argument("--mini-batch-size", type=int, default=0,
+                        help="PPO mini-batch in transitions; 0 (default): one optimizer step on "
+                        "the whole rollout per update, as the main job (issue 25)")
     parser.add_argument("--report", action="store_true", help="only print the report")
     parser.add_argument("--pilot", type=int, default=None, metavar="N",
                         help="only run the budget pilot: vanilla GRPO for N updates on seed "
@@ -411,14 +425,16 @@ def main(argv=None) -> int:
 
             with ProcessPoolExecutor(args.workers) as pool:
                 for path in pool.map(run_cell, *zip(*cells), [work] * len(cells),
-                                     [updates] * len(cells), [args.env] * len(cells)):
+                                     [updates] * len(cells), [args.env] * len(cells),
+                                     [args.mini_batch_size] * len(cells)):
                     print("done", path.name, flush=True)
         else:
             for cell in cells:
-                print("done", run_cell(*cell, work, updates, args.env).name, flush=True)
-    print(report(args.env, updates))
+                print("done", run_cell(*cell, work, updates, args.env,
+                                                args.mini_batch_size).name, flush=True)
+    print(report(args.env, updates, args.mini_batch_size))
     if work.is_dir():
-        for path in plot(args.env, work, updates):
+        for path in plot(args.env, work, updates, mini_batch_size=args.mini_batch_size):
             print("wrote", path)
     return 0
 

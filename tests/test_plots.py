@@ -240,7 +240,8 @@ def test_study_plots_draw_seed_bands(tmp_path):
 
     for variant, slope in (("grpo", 1.0), ("grpo_paw", 0.5)):
         for seed in range(2):
-            run = study_small.run_dir(tmp_path / "work", 4, f"normal__{variant}__s{seed}")
+            run = study_small.run_dir(tmp_path / "work", "study_shelf_u4",
+                                     f"normal__{variant}__s{seed}")
             run.mkdir(parents=True)
             records = [{"step": s, "success": slope * s / 4, "wm_leak": 0.01 * s,
                         "val_success": slope * s / 4 + 0.1 * seed, "val_wm_exact": 0.2 + s / 20}
