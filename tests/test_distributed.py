@@ -240,3 +240,20 @@ def test_validation_is_shared_by_the_ranks_and_scores_as_one_process(tiny_model_
     assert episodes[2] == episodes[1]
     assert validation[1]["val_episodes"] == 5
     assert validation[2] == pytest.approx(validation[1], rel=1e-9)
+
+
+def test_fsdp2_shards_give_one_process_gradients_in_float64():
+    """FSDP2 (``fully_shard`` per decoder layer and on the scorer) in 2 gloo processes, each
+    scoring its half of the rows: the gathered gradients of the training objective (GRPO + PaW)
+    are one unsharded process's to float64 rounding. The primitive the trainer's sharding will
+    use (issue 29); ``scripts/gpu_check.sh`` runs the same check over NCCL."""
+    from benchmarks import gpu_check
+
+    result = gpu_check.fsdp(quick=True)
+    assert result["processes"] == 2
+    for rank in result["ranks"]:
+        check = rank["exactness"]
+        assert rank["backend"] == "gloo" and check["dtype"] == "torch.float64"
+        assert check["max_rel_grad_diff"] < 1e-12, check
+        assert abs(check["loss_sharded"] - check["loss_one_process"]) < 1e-9 * abs(
+            check["loss_one_process"]), check
