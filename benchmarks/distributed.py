@@ -48,6 +48,8 @@ VARIANTS = {
                                                        lr=1e-3 if lora else 1e-4)
     for algo in ("grpo", "gigpo", "ppo") for lora in (True, False)
 }
+VARIANTS.update({f"{algo}+paw fsdp": dict(algo=algo, lora=False, lr=1e-4, sharding="fsdp")
+                 for algo in ("grpo", "gigpo")})
 
 
 def base_fields(model: str, **overrides) -> dict:
@@ -100,7 +102,11 @@ def worker(job_file: str, out_file: str) -> None:
                 metrics.append(trainer.update(own_groups(trainer, trajectories)))
                 trainer.step += 1
             result[name] = {"params": trained_parameters(trainer), "metrics": metrics,
-                            "gradients": gradients}
+                            "gradients": gradients, "sharded": trainer.world.sharded}
+        elif job["mode"] == "memory":
+            trainer = PaWTrainer(config, collect=_no_collection)
+            trainer.update(own_groups(trainer, job["rollouts"][name][0]))
+            result[name] = trainer.world.gather([held_bytes(trainer)])
         elif job["mode"] == "update_timing":
             trainer = PaWTrainer(config, collect=_no_collection)
             seconds = []
@@ -153,20 +159,66 @@ def record_gradients(trainer) -> list[dict]:
     named = [(n, p) for n, p in trainer.model.named_parameters() if p.requires_grad]
 
     def keep(optimizer, args, kwargs):
-        steps.append({n: p.grad.detach().cpu().clone() for n, p in named if p.grad is not None})
+        steps.append({n: whole(p.grad).detach().cpu().clone() for n, p in named
+                      if p.grad is not None})
 
     trainer.optimizer.register_step_pre_hook(keep)
     return steps
 
 
+def whole(tensor):
+    """A tensor, gathered whole if FSDP shards it (a DTensor; collective)."""
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+
+
 def trained_parameters(trainer) -> dict:
     """Every trainable tensor of the policy, and the PPO critic's, as CPU copies."""
-    params = {f"policy.{n}": p.detach().cpu().clone()
+    params = {f"policy.{n}": whole(p).detach().cpu().clone()
               for n, p in trainer.model.named_parameters() if p.requires_grad}
     if trainer.critic is not None:
         params.update({f"critic.{n}": p.detach().cpu().clone()
                        for n, p in trainer.critic.named_parameters()})
     return params
+
+
+def held_bytes(trainer) -> dict:
+    """What this rank holds after an update, in bytes: its weights (its FSDP shards), AdamW's
+    states, the unsharded sampler copy, and the process's peak resident memory."""
+    import resource
+
+    import torch
+
+    def size(tensors) -> int:
+        tensors = [t.to_local() if hasattr(t, "to_local") else t for t in tensors]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    states = [v for state in trainer.optimizer.state.values() for v in state.values()
+              if torch.is_tensor(v) and v.dim() > 0]  # not the scalar step counts
+    return {"weights": size(trainer.model.parameters()), "optimizer": size(states),
+            "sampler": size(trainer.sampler.model.parameters()) if trainer.sampler else 0,
+            "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def memory(model: str, worlds: tuple[int, ...] = (1, 2, 4)) -> dict:
+    """Per-rank bytes held by FSDP training (GRPO + PaW, full fine-tuning) on 1, 2 and 4
+    processes after one update of the same fixed rollout, against ``training.memory``'s
+    estimate of the same parts; DDP on 2 processes for comparison."""
+    from training.config import TrainConfig
+    from training.memory import estimate, model_shape
+
+    fields = base_fields(model, algo="grpo", lora=False, lr=1e-4, sharding="fsdp", n_groups=4)
+    rollouts, _ = sample_rollouts(fields, 1)
+    shape = model_shape(model)
+    report = {}
+    for sharding, world in [("fsdp", n) for n in worlds] + [("ddp", 2)]:
+        variant = {**fields, "sharding": sharding}
+        ranks = launch(world, {"mode": "memory", "variants": {"run": variant},
+                               "rollouts": {"run": rollouts}})["run"]
+        parts = estimate(TrainConfig(**variant), shape, world).parts
+        report[f"{sharding} x{world}"] = {
+            "measured": {key: max(rank[key] for rank in ranks) for key in ranks[0]},
+            "estimated": {key: parts[key] for key in ("weights", "optimizer", "sampler")}}
+    return report
 
 
 # -- exactness ---------------------------------------------------------------------------------
@@ -250,6 +302,7 @@ def exactness(model: str, variants: dict, updates: int, reward_spread: bool = Fa
                         "control_max_param_diff": control[0],
                         "control_max_rel_grad_diff": control[2],
                         "optimizer_steps": len(one[name]["gradients"]),
+                        "sharded": two[name]["sharded"],
                         "transitions": sum(m["transitions"] for m in one[name]["metrics"])}
     return report
 
@@ -303,7 +356,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=str(DEFAULT_MODEL),
                         help="a model folder (default: the demo's base model, runs/demo)")
-    parser.add_argument("--only", choices=("exactness", "scaling"))
+    parser.add_argument("--only", choices=("exactness", "scaling", "memory"))
     parser.add_argument("--updates", type=int, default=2, help="updates per exactness variant")
     parser.add_argument("--rounds", type=int, default=3, help="scaling launches per world size")
     parser.add_argument("--steps", type=int, default=3, help="timed train steps per launch")
@@ -348,6 +401,15 @@ def main() -> None:
               f"×{figures['speedup_step']:.2f}, update of the fixed rollouts "
               f"×{figures['speedup_fixed_rollout_update']:.2f}, validation "
               f"×{figures['speedup_validation']:.2f}")
+    if args.only in (None, "memory"):
+        results["memory"] = memory(args.model)
+        print(f"{'run':<9} {'weights MiB':>12} {'(estimate)':>10} {'AdamW MiB':>10} "
+              f"{'(estimate)':>10} {'sampler MiB':>11} {'peak RSS MiB':>12}")
+        for name, row in results["memory"].items():
+            got, est = row["measured"], row["estimated"]
+            print(f"{name:<9} {got['weights'] / 2**20:>12.2f} {est['weights'] / 2**20:>10.2f} "
+                  f"{got['optimizer'] / 2**20:>10.2f} {est['optimizer'] / 2**20:>10.2f} "
+                  f"{got['sampler'] / 2**20:>11.2f} {got['peak_rss'] / 2**20:>12.0f}")
     results["seconds"] = time.perf_counter() - start
     out = REPO / "benchmarks" / "results" / "distributed.json"
     # --only keeps the other part's figures from an earlier run

@@ -76,15 +76,19 @@ def test_a_launch_with_fewer_groups_than_processes_says_so_before_loading(tiny_m
 def test_two_processes_match_one_process_on_the_same_rollouts(tiny_model_dir, one_torch_thread):
     """Two updates of fixed, on-policy rollouts in 2 gloo processes (torchrun) and in 1: in
     float64 every gradient and parameter agrees to float summation order (~1e-12), for the
-    group-relative RL + PaW with LoRA, GiGPO + PaW and PPO's critic with full fine-tuning."""
+    group-relative RL + PaW with LoRA, GiGPO + PaW and PPO's critic with full fine-tuning, and
+    GRPO + PaW with a KL reference sharded by FSDP2 (``sharding: fsdp``)."""
     variants = {"grpo+paw lora": dict(algo="grpo", lora=True, lr=1e-3, kl_coef=0.05),
                 "gigpo+paw full": dict(algo="gigpo", lora=False, lr=1e-4),
-                "ppo+paw full": dict(algo="ppo", lora=False, lr=1e-4)}
+                "ppo+paw full": dict(algo="ppo", lora=False, lr=1e-4),
+                "grpo+paw fsdp": dict(algo="grpo", lora=False, lr=1e-4, kl_coef=0.05,
+                                      sharding="fsdp")}
     # The nano model's actions are all invalid: rewards are spread so advantages are not zero.
     report = exactness(str(tiny_model_dir), variants, updates=2, reward_spread=True,
                              dtype="float64", n_groups=3, group_size=2, max_new_tokens=12,
                              max_episode_steps=2, mini_batch_size=5, token_budget=600)
     for name, row in report.items():
+        assert row["sharded"] == ("fsdp" in name), name    # 2 processes: FSDP or DDP
         assert row["optimizer_steps"] >= 4, name           # two mini-batches per update
         assert row["max_param_change"] > 1e-5, name        # the updates moved the weights
         assert row["max_rel_grad_diff"] < 1e-9, (name, row)
@@ -128,16 +132,22 @@ def _launch(command: list[str], cwd: Path, **env: str) -> subprocess.CompletedPr
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
-def test_a_killed_two_process_run_resumes_to_the_same_metrics(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("sharding", [dict(lora=True, lr=1e-3),
+                                      dict(sharding="fsdp", lora=False, lr=1e-4, val_every=3,
+                                           val_limit=3)], ids=["ddp-lora", "fsdp-full"])
+def test_a_killed_two_process_run_resumes_to_the_same_metrics(tiny_model_dir, tmp_path,
+                                                              sharding):
     """``accelerate launch`` and ``torchrun`` of ``training.cli train`` with one YAML: the
     uninterrupted 2-process run, and one whose rank 1 is killed in step 3 and resumed with
-    --resume, end with the same metrics, weights and replay."""
+    --resume, end with the same metrics, weights and replay. With DDP (LoRA) and with FSDP
+    (full fine-tuning: sharded weights, rollouts and validation by the gathered copy, the
+    whole state saved by rank 0 and re-sharded on resume)."""
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump(dict(
         model=str(tiny_model_dir), env_id="PaW/Shelf-v0", n_groups=3, group_size=2,
-        max_new_tokens=10, max_episode_steps=2, total_steps=3, save_every=1, lr=1e-3,
+        max_new_tokens=10, max_episode_steps=2, total_steps=3, save_every=1,
         mini_batch_size=4, token_budget=1024, device="cpu", progress=False, algo="grpo",
-        alpha=0.5)))
+        alpha=0.5, **sharding)))
     torchrun = _torchrun(2)
     accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
                   "--num_processes=2", "--num_machines=1", "--mixed_precision=no",
@@ -178,6 +188,12 @@ def test_a_killed_two_process_run_resumes_to_the_same_metrics(tiny_model_dir, tm
         assert (checkpoint / "rng-rank1.safetensors").is_file()
     weights = [load_file(str(next((c / "model").glob("*.safetensors")))) for c in checkpoints]
     assert all((weights[0][k] == weights[1][k]).all() for k in weights[0])
+    if sharding.get("sharding") == "fsdp":  # rank 0 wrote the whole model: a plain HF folder
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(checkpoints[0] / "model")
+        assert all((p.detach() == weights[0][n]).all() for n, p in model.named_parameters()
+                   if n in weights[0])
     # each rank wrote its own replay shard per update; together they hold every transition once
     shards = sorted(p.name for p in (out / "replay").glob("*.jsonl"))
     assert shards == [f"update-{s:06d}-rank{r}.jsonl" for s in (1, 2, 3) for r in (0, 1)]

@@ -54,6 +54,12 @@ class TrainConfig:
     """Module names that get adapters."""
     gradient_checkpointing: bool = False
     """Recompute decoder activations in backward (less memory, ~30% more compute)."""
+    sharding: Literal["ddp", "fsdp"] = "ddp"
+    """How several processes (torchrun / accelerate launch) hold the model: ``ddp`` (each
+    process a full copy of the weights, gradients and optimizer states) or ``fsdp`` (FSDP2,
+    ``fully_shard`` per decoder layer: each process holds 1/N of them, plus an unsharded copy
+    of the weights that samples the rollouts; full fine-tuning with GRPO, GiGPO or RLOO and
+    ``rollout_backend: hf``). One process holds everything either way."""
     rollout_backend: Literal["hf", "vllm"] = "hf"
     """Who samples the rollouts: ``hf`` (the training model itself) or ``vllm`` (a vLLM engine
     on the same base model that gets the current LoRA adapter before every rollout; needs
@@ -269,6 +275,16 @@ class TrainConfig:
             raise bad("rho", "a number in [0, 1]")
         if not 0 < self.gigpo_similarity <= 1:
             raise bad("gigpo_similarity", "a number in (0, 1]")
+        if self.sharding == "fsdp":
+            for name, value, why in (
+                    ("lora", False, "a LoRA run's trained weights are small: use sharding: ddp"),
+                    ("rollout_backend", "hf", "the full-weight sync into vLLM is not built yet"),
+                    ("algo", None, "PPO's critic is not sharded yet")):
+                wrong = (self.algo == "ppo") if name == "algo" else getattr(self, name) != value
+                if wrong:
+                    raise ValueError(f"sharding='fsdp' does not take {name}={getattr(self, name)!r}"
+                                     f" ({why}); it trains all weights with algo grpo, gigpo or "
+                                     f"rloo and rollout_backend hf")
         if self.rollout_backend == "vllm" and not self.lora:
             raise ValueError("rollout_backend='vllm' needs lora: true (the trained LoRA adapter is "
                              "what is synced to the vLLM engine before every rollout)")

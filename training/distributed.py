@@ -21,6 +21,14 @@ Why the update is exactly the single-process one. With W ranks:
   rank then clips and steps on that same gradient.
 * A rank without rows in a mini-batch (fewer rows than ranks) runs one row with zero weights,
   so that it still joins DDP's gradient all-reduce; it adds nothing.
+
+With ``sharding: fsdp`` (:class:`ShardedProcess`) the same holds with FSDP2 in place of DDP:
+each decoder layer and the scorer are ``fully_shard``-ed, FSDP's reduce-scatter averages the
+gradients as DDP's all-reduce does, and since every forward all-gathers each layer's
+parameters, every rank runs the same number of passes (:meth:`SingleProcess.pass_count`; the
+extra ones are zero-weight). Rollouts are sampled by an unsharded copy of the weights that
+every rank refreshes before each rollout (:meth:`ShardedProcess.copy_full_weights`), so ranks
+generate episodes of any length without collectives.
 """
 
 from __future__ import annotations
@@ -105,14 +113,23 @@ class SingleProcess:
     def barrier(self) -> None:
         pass
 
+    def pass_count(self, passes: int) -> int:
+        """How many forward + backward passes this rank runs when it needs ``passes``: its own
+        number, except under FSDP (every rank the largest)."""
+        return passes
+
+    sharded = False
+
 
 class MultiProcess(SingleProcess):
     """One rank of a torchrun / accelerate launch: DDP from accelerate, collectives over its
     process group (gloo on CPU, NCCL on GPU)."""
 
+    #: accelerate's launch modes this world runs under.
+    ACCEPTED = ("MULTI_CPU", "MULTI_GPU")
+
     def __init__(self, cpu: bool):
         from accelerate import Accelerator, DistributedDataParallelKwargs
-        from accelerate.utils import DistributedType
 
         # broadcast_buffers=False: a buffer broadcast is a collective inside every forward, and
         # ranks run different numbers of micro-batch forwards.
@@ -120,10 +137,11 @@ class MultiProcess(SingleProcess):
             cpu=cpu, device_placement=False,
             kwargs_handlers=[DistributedDataParallelKwargs(broadcast_buffers=False)])
         kind = self.accelerator.distributed_type
-        if kind not in (DistributedType.MULTI_CPU, DistributedType.MULTI_GPU):
-            raise ValueError(f"accelerate's distributed_type {kind.value} is not supported: the "
-                             f"trainer runs DDP (MULTI_GPU, or MULTI_CPU with gloo); FSDP and "
-                             f"DeepSpeed are not wired in yet")
+        if kind.value not in self.ACCEPTED:
+            raise ValueError(f"accelerate's distributed_type {kind.value} is not supported with "
+                             f"sharding: {'fsdp' if self.sharded else 'ddp'} (accepted: "
+                             f"{', '.join(self.ACCEPTED)}); DeepSpeed is not wired in, and an "
+                             f"accelerate FSDP config needs sharding: fsdp in the training config")
         self.rank = self.accelerator.process_index
         self.world_size = self.accelerator.num_processes
         self.is_main = self.accelerator.is_main_process
@@ -151,14 +169,14 @@ class MultiProcess(SingleProcess):
         """``values`` summed (or max-ed) over ranks; the keys may differ between ranks."""
         keys = sorted({key for part in self.gather([sorted(values)]) for key in part})
         tensor = torch.tensor([float(values.get(key, 0.0 if op == "sum" else float("-inf")))
-                               for key in keys], dtype=torch.float64)
+                               for key in keys], dtype=torch.float64, device=self.device)
         reduce_op = {"sum": torch.distributed.ReduceOp.SUM,
                      "max": torch.distributed.ReduceOp.MAX}[op]
         torch.distributed.all_reduce(tensor, op=reduce_op)
         return dict(zip(keys, tensor.tolist()))
 
     def all_true(self, flag: bool) -> bool:
-        tensor = torch.tensor([0.0 if flag else 1.0])
+        tensor = torch.tensor([0.0 if flag else 1.0], device=self.device)  # NCCL: a GPU tensor
         torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
         return tensor.item() == 0.0
 
@@ -166,9 +184,83 @@ class MultiProcess(SingleProcess):
         self.accelerator.wait_for_everyone()
 
 
-def setup(device: str | None) -> SingleProcess:
-    """The world this process runs in: :class:`MultiProcess` under a launcher with more than
-    one process, else :class:`SingleProcess`. ``device`` is ``TrainConfig.device``."""
+class ShardedProcess(MultiProcess):
+    """One rank of a launch with ``sharding: fsdp``: FSDP2 (``fully_shard``) instead of DDP.
+
+    accelerate sets up the process group (under ``accelerate launch`` with an FSDP config, or
+    torchrun); the sharding itself calls ``fully_shard``, so the same code runs on GPUs (NCCL)
+    and on CPUs (gloo), where accelerate does not select FSDP."""
+
+    ACCEPTED = ("MULTI_CPU", "MULTI_GPU", "FSDP")
+    sharded = True
+
+    def prepare(self, module: torch.nn.Module) -> torch.nn.Module:
+        """Shard ``module`` (a ``training.objective.PolicyScorer``) in place: each decoder
+        layer is one FSDP unit, the root holds the embeddings, final norm and LM head."""
+        from torch.distributed.fsdp import fully_shard
+
+        from training.objective import split_causal_lm
+
+        decoder, _ = split_causal_lm(module.model)
+        for layer in decoder.layers:
+            fully_shard(layer)
+        fully_shard(module)
+        # FSDP takes the first module whose forward runs as its root; make it the scorer now.
+        module._get_fsdp_state()._lazy_init()
+        return module
+
+    def no_sync(self, module: torch.nn.Module, sync: bool):
+        """Reduce-scatter the accumulated gradients only in the last backward of a step."""
+        @contextlib.contextmanager
+        def gradient_sync():
+            module.set_requires_gradient_sync(sync)
+            try:
+                yield
+            finally:
+                module.set_requires_gradient_sync(True)
+        return gradient_sync()
+
+    def pass_count(self, passes: int) -> int:
+        return int(self.reduce({"passes": passes}, "max")["passes"])
+
+    @staticmethod
+    @torch.no_grad()
+    def copy_full_weights(sharded: torch.nn.Module, full: torch.nn.Module) -> None:
+        """Every parameter of ``sharded`` gathered, one at a time, into the unsharded model
+        ``full`` of the same architecture (collective: every rank calls it)."""
+        for (name, source), (_, target) in zip(sharded.named_parameters(),
+                                               full.named_parameters(), strict=True):
+            target.copy_(source.full_tensor())
+
+    @staticmethod
+    def full_state(module: torch.nn.Module, optimizer) -> tuple[dict, dict]:
+        """The whole, unsharded model state dict and optimizer state (keyed by parameter name)
+        in rank 0's CPU memory; empty on the other ranks (collective)."""
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions,
+                                                             get_model_state_dict,
+                                                             get_optimizer_state_dict)
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return (get_model_state_dict(module, options=options),
+                get_optimizer_state_dict(module, optimizer, options=options))
+
+    @staticmethod
+    def load_full_state(module: torch.nn.Module, optimizer, model_state: dict,
+                        optimizer_state: dict) -> None:
+        """Each rank takes its shards of a saved whole state (collective)."""
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions,
+                                                             set_model_state_dict,
+                                                             set_optimizer_state_dict)
+
+        options = StateDictOptions(full_state_dict=True)
+        set_model_state_dict(module, model_state, options=options)
+        set_optimizer_state_dict(module, optimizer, optimizer_state, options=options)
+
+
+def setup(device: str | None, sharding: str = "ddp") -> SingleProcess:
+    """The world this process runs in: :class:`MultiProcess` (``sharding`` ``ddp``) or
+    :class:`ShardedProcess` (``fsdp``) under a launcher with more than one process, else
+    :class:`SingleProcess`. ``device`` is ``TrainConfig.device``."""
     if launched_world_size() <= 1:
         return SingleProcess()
     if device is not None and device.startswith("cuda:"):
@@ -176,7 +268,7 @@ def setup(device: str | None) -> SingleProcess:
                          f"{launched_world_size()} processes leave device unset or set it to "
                          f"'cuda' (each process takes its LOCAL_RANK's GPU) or 'cpu'")
     cpu = device == "cpu" or (device is None and not torch.cuda.is_available())
-    return MultiProcess(cpu=cpu)
+    return (ShardedProcess if sharding == "fsdp" else MultiProcess)(cpu=cpu)
 
 
 def shutdown() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import random
@@ -94,9 +95,11 @@ class PaWTrainer:
             from agents.envs import check_env_settings
 
             check_env_settings(config.env_id, config.env_kwargs)
-        self.world = distributed.setup(config.device)
+        self.world = distributed.setup(config.device, config.sharding)
         distributed.check_group_count(config, self.world.world_size)
         seed_everything(config.seed)
+        if policy is None:
+            self._check_memory()
         self.policy = policy if policy is not None else build_policy(
             config, device=self.world.model_device(config.device))
         self.model = self.policy.model
@@ -112,14 +115,22 @@ class PaWTrainer:
             paw=config.paw, wm_loss=config.wm_loss, rho=config.rho, clip_eps=config.clip_eps,
             clip_eps_high=config.clip_eps_high, kl_coef=config.kl_coef, rl_agg=config.rl_agg,
             action_temperature=config.temperature, entropy_coef=config.entropy_coef)
-        params = trainable_parameters(self.model)
-        if not params:
+        if not trainable_parameters(self.model):
             raise ValueError("the model has no trainable parameters")
-        # The training pass runs through this module, DDP-wrapped in a multi-process run.
-        self.scorer = self.world.prepare(PolicyScorer(self.model))
-        self.optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+        # Copies of the unsharded weights, before sharding: the KL reference, and under FSDP
+        # the sampler (refreshed before every rollout, see _rollout_policy).
         self.reference = Reference(self.model, config.lora) if config.kl_coef > 0 else None
+        self.sampler = None
+        if self.world.sharded:
+            self.sampler = copy.copy(self.policy)
+            self.sampler.model = copy.deepcopy(self.model).requires_grad_(False)
+        self._sampler_step: int | None = None
+        # The training pass runs through this module: DDP-wrapped, or sharded with the model
+        # (whose parameters FSDP replaces, so the optimizer takes them afterwards).
+        self.scorer = self.world.prepare(PolicyScorer(self.model))
+        self.optimizer = torch.optim.AdamW(trainable_parameters(self.model), lr=config.lr,
+                                           weight_decay=config.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         # The sampler: the training model itself, or a vLLM engine given the current adapter
         # before every rollout (see _rollout_policy).
         self.vllm = build_vllm_policy(config) if config.rollout_backend == "vllm" else None
@@ -137,6 +148,20 @@ class PaWTrainer:
         self._own_trajectories = range(0)  # this rank's rollout within _last_batch
         self.resumed_from: Path | None = None
         self.resumed_config: dict[str, Any] | None = None
+
+    def _check_memory(self) -> None:
+        """Print the per-process memory estimate (rank 0; on a GPU, or for a model of 100 M
+        parameters or more, so that tiny CPU runs stay quiet); on a GPU, refuse a config whose
+        estimate exceeds the GPU's memory, before any weight is loaded."""
+        from training.memory import check_fits
+
+        device = self.world.model_device(self.config.device) or (
+            "cuda" if torch.cuda.is_available() else "cpu")
+        capacity = (torch.cuda.get_device_properties(torch.device(device)).total_memory
+                    if device.startswith("cuda") else None)
+        found = check_fits(self.config, self.world.world_size, capacity)
+        if found is not None and self.world.is_main and (capacity or found.parameters >= 1e8):
+            print(found.line(), file=sys.stderr, flush=True)
 
     # -- schedule -------------------------------------------------------------------------
     def _optimizer_steps_per_update(self) -> int:
@@ -245,11 +270,12 @@ class PaWTrainer:
                 env_kwargs=env_kwargs)
         plan = self._validation_plan
         mine = distributed.group_shard(len(plan.task_seeds), world.world_size, world.rank)
+        policy = self._rollout_policy()
         episodes = []
         if mine:  # fewer tasks than ranks leaves some ranks without one
             share = replace(plan, task_seeds=plan.task_seeds[mine.start:mine.stop],
                             task_options=plan.task_options[mine.start:mine.stop])
-            episodes = evaluate(self._rollout_policy(), config.env_id, share,
+            episodes = evaluate(policy, config.env_id, share,
                                 temperature=config.val_temperature,
                                 max_new_tokens=config.max_new_tokens,
                                 max_steps=config.max_episode_steps,
@@ -267,7 +293,7 @@ class PaWTrainer:
             from training.pretrain import next_observation_accuracy
 
             with torch.no_grad():
-                scores = next_observation_accuracy(self.policy, config.val_wm_replay,
+                scores = next_observation_accuracy(policy, config.val_wm_replay,
                                                    config.max_seq_len, config.wm_context)
             metrics.update(val_wm_exact=scores["exact"] / 100, val_wm_token=scores["token"] / 100)
         return metrics
@@ -361,7 +387,13 @@ class PaWTrainer:
     def _rollout_policy(self):
         """The policy that samples this step's rollout. With vLLM, the adapter as trained so far
         is saved to ``<output_dir>/rollout-adapter`` and registered under a new id, so the
-        engine samples from exactly the weights the update will start from."""
+        engine samples from exactly the weights the update will start from. Under FSDP, the
+        unsharded sampler gets the current weights (collective: every rank calls this)."""
+        if self.sampler is not None:
+            if self._sampler_step != self.step:
+                self.world.copy_full_weights(self.model, self.sampler.model)
+                self._sampler_step = self.step
+            return self.sampler
         if self.vllm is None:
             return self.policy
         if self._vllm_synced_step != self.step:
@@ -486,7 +518,7 @@ class PaWTrainer:
         probabilities, noisy = [], []
         for micro in self._micro_batches(batch, self._own_rows(batch, rows)):
             mb = collate(batch.samples, micro, self.policy.pad_id, self.device)
-            logprobs = gather_logprobs(self.model, mb, score_obs=True,
+            logprobs = gather_logprobs(self._sampler_model(), mb, score_obs=True,
                                        action_temperature=self.settings.action_temperature,
                                        chunk_size=self.config.logits_chunk).logprobs
             for r, i in enumerate(micro):
@@ -504,6 +536,11 @@ class PaWTrainer:
         return {**{f"wm_noise_share_{loss}": share for loss, share in shares.items()},
                 "wm_noise_token_frac": float(np.mean(noisy))}
 
+    def _sampler_model(self):
+        """The unsharded model with the weights of this step's rollout (the training model
+        itself unless it is sharded)."""
+        return self.model if self.sampler is None else self.sampler.model
+
     def _optimize(self, batch: RolloutBatch, rows: list[int], totals: dict[str, float]):
         """Accumulate gradients over the micro-batches of ``rows``; one guarded optimizer step.
 
@@ -517,14 +554,19 @@ class PaWTrainer:
         scale = 0.0 if idle else float(self.world.world_size)
         finite = True
         micro_batches = self._micro_batches(batch, mine)
-        for k, micro in enumerate(micro_batches):
+        passes = self.world.pass_count(len(micro_batches))
+        for k in range(passes):
+            extra = k >= len(micro_batches)  # FSDP: a zero-weight pass to match the other ranks
+            micro = micro_batches[0 if extra else k]
             mb = collate(batch.samples, micro, self.policy.pad_id, self.device)
             local = [position[i] for i in micro]
             # Only the last backward of the step all-reduces the accumulated gradients.
-            with self.world.no_sync(self.scorer, sync=k == len(micro_batches) - 1):
+            with self.world.no_sync(self.scorer, sync=k == passes - 1):
                 loss, stats = micro_batch_loss(self.scorer, mb, w_rl[local], w_wm[local],
                                                self.settings, self.config.logits_chunk)
-                (loss * scale).backward()
+                (loss * (0.0 if extra else scale)).backward()
+            if extra:
+                continue
             finite = finite and bool(torch.isfinite(loss))
             if idle or not finite:
                 continue
@@ -534,6 +576,8 @@ class PaWTrainer:
         finite = self.world.all_true(finite)
         params = trainable_parameters(self.model)
         norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm) if finite else None
+        if hasattr(norm, "full_tensor"):  # FSDP: a DTensor of the global norm
+            norm = norm.full_tensor()
         if not finite or not torch.isfinite(norm):
             # Skip the step: the weights and the optimizer state stay exactly as they were.
             self.optimizer.zero_grad(set_to_none=True)
@@ -619,10 +663,17 @@ class PaWTrainer:
         world = self.world
         path = ckpt.checkpoint_dir(self.config.output_dir, self.step)
         path.mkdir(parents=True, exist_ok=True)
-        if world.is_main:  # the ranks' weights and optimizer states are identical
-            ckpt.save_model(self.model, path / "model")
+        if world.sharded:  # the whole weights and optimizer state, gathered on rank 0
+            model_state, optimizer_state = world.full_state(self.model, self.optimizer)
+        if world.is_main:  # (DDP: the ranks' weights and optimizer states are identical)
+            if world.sharded:
+                self.model.save_pretrained(str(path / "model"), state_dict=model_state,
+                                           safe_serialization=True)
+                ckpt.save_optimizer_state(optimizer_state, path / "optimizer")
+            else:
+                ckpt.save_model(self.model, path / "model")
+                ckpt.save_optimizer(self.optimizer, path / "optimizer")
             self.tokenizer.save_pretrained(str(path / "model"))  # the model dir loads on its own
-            ckpt.save_optimizer(self.optimizer, path / "optimizer")
             if self.critic is not None:
                 save_file({k: v.contiguous() for k, v in self.critic.state_dict().items()},
                           str(path / "critic.safetensors"))
@@ -671,8 +722,11 @@ class PaWTrainer:
         path = Path(path)
         state = ckpt.verify_checkpoint(path)
         ckpt.check_same_weights(path, state.get("config") or {}, self.config)
-        ckpt.load_trainable_weights(self.model, path / "model")
-        ckpt.load_optimizer(self.optimizer, path / "optimizer")
+        if self.world.sharded:
+            self._load_full_state(path)
+        else:
+            ckpt.load_trainable_weights(self.model, path / "model")
+            ckpt.load_optimizer(self.optimizer, path / "optimizer")
         self.scheduler.load_state_dict(state["scheduler"])
         if self.critic is not None:
             self.critic.load_state_dict(load_file(str(path / "critic.safetensors")))
@@ -681,6 +735,16 @@ class PaWTrainer:
         self.step = int(state["step"])
         self.skipped_updates = int(state.get("skipped_updates", 0))
         self.resumed_from, self.resumed_config = path, state.get("config")
+
+    def _load_full_state(self, path: Path) -> None:
+        """FSDP: every rank reads the whole weights and optimizer state and keeps its shards."""
+        weights = ckpt.read_weights(path / "model")
+        tied = getattr(self.model.config, "tie_word_embeddings", False)
+        for name in self.model.state_dict():  # tied embeddings are saved once
+            if name not in weights and tied and name.endswith("lm_head.weight"):
+                weights[name] = weights[name.replace("lm_head", "model.embed_tokens")]
+        self.world.load_full_state(self.model, self.optimizer, weights,
+                                   ckpt.read_optimizer_state(path / "optimizer"))
 
     def _restore_rng(self, path: Path, state: dict[str, Any]) -> None:
         """This rank's RNG state as saved; a rank the checkpoint's run did not have (it ran

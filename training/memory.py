@@ -1,0 +1,142 @@
+"""Per-process memory of a training config, estimated from the model's ``config.json`` before
+any weight is loaded (``paw-gym train`` prints it, and refuses a config that cannot fit).
+
+With P parameters, P_t of them trained (all, or LoRA's adapters), b bytes per weight (the
+config's ``dtype``) and N processes, one process holds
+
+* weights          ``P·b`` (DDP), ``P·b / N`` (FSDP)
+* gradients        ``P_t·b``, ``/ N`` under FSDP
+* AdamW states     ``2·P_t·b`` (``exp_avg``, ``exp_avg_sq``, in the weights' dtype), ``/ N`` under FSDP
+* sampler          FSDP only: ``P·b``, the unsharded weights that sample the rollouts
+* KL reference     full fine-tuning with ``kl_coef > 0``: ``P·b`` (a frozen copy; LoRA disables
+  its adapters instead)
+* PPO critic       the decoder again (``P_d``: P without the embeddings and LM head), with its
+  gradients and states, ``4·P_d·b``
+* activations      of one micro-batch of ``T = token_budget`` tokens through L layers of width H
+  (MLP width I): with gradient checkpointing the layer inputs ``L·T·H·b`` plus one layer's
+  intermediates ``T·(10·H + 4·I)·b``; without, ``L·T·(10·H + 4·I)·b``; plus the chunked LM
+  head's ``3·logits_chunk·V·4`` bytes (float32).
+
+The intermediates' ``10·H + 4·I`` per token and layer (attention inputs and outputs, q/k/v,
+the norms and residuals; the MLP's gate, up, activation and product) is a rule of thumb, not
+read from the code; ``benchmarks/README.md`` compares the estimate with measured peaks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+GiB = 2**30
+_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes per process, by part."""
+
+    parts: dict[str, float]
+    parameters: int
+    processes: int
+    sharding: str
+
+    @property
+    def total(self) -> float:
+        return sum(self.parts.values())
+
+    def line(self) -> str:
+        """One line: the total and its parts, in GiB."""
+        parts = ", ".join(f"{name} {value / GiB:.2f}" for name, value in self.parts.items()
+                          if value)
+        how = (f"{self.sharding}, {self.processes} processes" if self.processes > 1
+               else "1 process")
+        count = (f"{self.parameters / 1e9:.2f} B" if self.parameters >= 1e9
+                 else f"{self.parameters / 1e6:.1f} M")
+        return (f"estimated memory per process ({how}, {count} parameters): "
+                f"{self.total / GiB:.1f} GiB = {parts} GiB")
+
+
+def model_shape(model: str) -> dict[str, Any]:
+    """Parameter counts and sizes from a model's config (a folder or a cached hub name), built
+    on the meta device: no weight is read or allocated."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model)
+    with torch.device("meta"):
+        network = AutoModelForCausalLM.from_config(config)
+    total = sum(p.numel() for p in network.parameters())
+    decoder = network.get_decoder()
+    embeddings = sum(p.numel() for p in decoder.get_input_embeddings().parameters())
+    lora_targets = {}
+    for name, module in network.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            lora_targets.setdefault(name.rsplit(".", 1)[-1], []).append(
+                (module.in_features, module.out_features))
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    dtype = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+                or "float32").replace("torch.", "")
+    return {"parameters": total, "decoder_parameters": total - embeddings
+            - (0 if config.tie_word_embeddings else embeddings),
+            "layers": text.num_hidden_layers, "hidden": text.hidden_size,
+            "intermediate": getattr(text, "intermediate_size", 4 * text.hidden_size),
+            "vocab": text.vocab_size, "dtype": dtype, "linear": lora_targets}
+
+
+def estimate(config, shape: dict[str, Any], processes: int) -> MemoryEstimate:
+    """The per-process memory of ``config`` (a ``TrainConfig``) for a model of ``shape``
+    (:func:`model_shape`) on ``processes`` processes."""
+    width = _BYTES.get(config.dtype if config.dtype != "auto" else shape["dtype"], 4)
+    total = shape["parameters"]
+    if config.lora:
+        trained = sum(config.lora_r * (fan_in + fan_out)
+                      for name in config.lora_target_modules
+                      for fan_in, fan_out in shape["linear"].get(name, []))
+    else:
+        trained = total
+    sharded = config.sharding == "fsdp" and processes > 1
+    share = processes if sharded else 1
+    layers, hidden, tokens = shape["layers"], shape["hidden"], config.token_budget
+    per_layer = tokens * (10 * hidden + 4 * shape["intermediate"]) * width
+    activations = (layers * tokens * hidden * width + per_layer if config.gradient_checkpointing
+                   else layers * per_layer)
+    parts = {
+        "weights": total * width / share,
+        "gradients": trained * width / share,
+        "optimizer": 2 * trained * width / share,
+        "sampler": total * width if sharded else 0.0,
+        "reference": total * width if config.kl_coef > 0 and not config.lora else 0.0,
+        "critic": 4 * shape["decoder_parameters"] * width if config.algo == "ppo" else 0.0,
+        "activations": activations + 3 * config.logits_chunk * shape["vocab"] * 4,
+    }
+    return MemoryEstimate(parts, total, processes, "fsdp" if sharded else "ddp")
+
+
+def check_fits(config, processes: int, device_bytes: float | None) -> MemoryEstimate | None:
+    """The estimate of ``config`` on ``processes`` processes, or None where the model's config
+    cannot be read offline; a ValueError naming what to change when it exceeds
+    ``device_bytes`` (one GPU's memory; None: not checked)."""
+    try:
+        shape = model_shape(config.init_checkpoint if config.init_checkpoint and not config.lora
+                            else config.model)
+    except (OSError, ValueError):
+        return None
+    found = estimate(config, shape, processes)
+    if device_bytes is not None and found.total > device_bytes:
+        advice = []
+        if not config.lora:
+            eight = estimate(_with(config, sharding="fsdp"), shape, 8).total
+            advice += ["lora: true", f"sharding: fsdp over more GPUs (8 GPUs: {eight / GiB:.1f} "
+                       f"GiB per process)"]
+        if not config.gradient_checkpointing:
+            advice.append("gradient_checkpointing: true")
+        advice.append("a smaller token_budget")
+        raise ValueError(f"this config does not fit one GPU of {device_bytes / GiB:.1f} GiB: "
+                         f"{found.line()}; change: {'; '.join(advice)}")
+    return found
+
+
+def _with(config, **changes):
+    from dataclasses import replace
+
+    return replace(config, **changes)
