@@ -106,7 +106,7 @@ def _run(agent: Agent, envs: InProcessEnvs | EnvWorkers, group_size, seeds, opti
                                        initial_observation=str(info.get("raw_observation",
                                                                         prompt))))
     live = list(range(num_envs))
-    bar = progress_bar(desc="rollout steps", unit="step", disable=not progress)
+    bar = progress_bar(total=num_envs, desc="rollout", unit="episode", disable=not progress)
     step = 0
     while live:
         outputs = agent.decide([prompts[i] for i in live], [infos[i] for i in live],
@@ -128,9 +128,9 @@ def _run(agent: Agent, envs: InProcessEnvs | EnvWorkers, group_size, seeds, opti
                 trajectories[i].won = bool(transition.info.get("won", False))
             else:
                 still_live.append(i)
+        bar.set_postfix(step=step)
+        bar.update(len(live) - len(still_live))  # the episodes that ended at this step
         live = still_live
-        bar.update(1)
-        bar.set_postfix(live=len(live))
     bar.close()
     return trajectories
 

@@ -59,4 +59,5 @@ def test_agents_example_runs(tiny_model_dir, capsys, one_torch_thread):
     exec(compile(code, "README.md", "exec"), namespace)
     assert len(namespace["trajectories"]) == 8
     out = capsys.readouterr()
-    assert out.out.splitlines()[-1].startswith("all ") and "rollout steps" in out.err
+    assert out.out.splitlines()[-1].startswith("all ")
+    assert "rollout: 8/8 episode" in out.err  # progress over the episodes, to the last

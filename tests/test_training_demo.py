@@ -53,7 +53,8 @@ def test_the_demo_command_says_a_bad_rl_setting_in_one_line_before_any_work(tmp_
 
 
 @pytest.mark.usefixtures("one_torch_thread")
-def test_small_demo_runs_end_to_end_and_reuses_the_cached_base(tmp_path, monkeypatch):
+def test_small_demo_runs_end_to_end_and_reuses_the_cached_base(tmp_path, monkeypatch, capsys,
+                                                               recwarn):
     pytest.importorskip("torch")
     monkeypatch.setenv("PAW_GYM_CACHE", str(tmp_path / "cache"))
     small = dict(expert_episodes=40, pretrain_steps=10, rl_steps=1, n_groups=2, group_size=2,
@@ -62,6 +63,10 @@ def test_small_demo_runs_end_to_end_and_reuses_the_cached_base(tmp_path, monkeyp
     logs: list[str] = []
     summary = run_demo(DemoConfig(output_dir=str(tmp_path / "a"), **small), log=logs.append)
     assert any("base model (built)" in line for line in logs)
+    # The demo's output is its report: no library bars or transformers deprecation warnings.
+    assert "Writing model shards" not in capsys.readouterr().err
+    assert not [w for w in recwarn if issubclass(w.category, FutureWarning)
+                and "transformers" in w.filename]
     assert set(summary["reading_probe"]) >= {"before_pretraining", "after_pretraining"}
     assert summary["before"]["episodes"] == summary["after"]["episodes"] == 4
     records = read_metrics(tmp_path / "a" / "rl" / "metrics.jsonl")

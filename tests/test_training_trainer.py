@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 import subprocess
 import sys
 import textwrap
@@ -367,3 +368,21 @@ def test_settings_mistakes_surface_before_the_model_loads(tmp_path):
                                 "env_id": "PaW/Shelf-v0", **kwargs})
         with pytest.raises(ValueError, match=message):
             PaWTrainer(config)
+
+
+def test_a_logged_run_prints_each_phase_of_an_update(tiny_model_dir, tmp_path, capsys):
+    """Outside a terminal (pytest's captured stderr), every logged update says when its
+    rollout is done and what its update did, before its metrics line."""
+    from training.trainer import PaWTrainer
+
+    PaWTrainer(TrainConfig(model=str(tiny_model_dir), env_id="Test/GuessNumber-v0",
+                           n_groups=2, group_size=2, max_new_tokens=8, total_steps=2,
+                           device="cpu", output_dir=str(tmp_path / "run"), log_every=1,
+                           save_every=0, record_replay=False)).train()
+    lines = capsys.readouterr().err.splitlines()
+    for step in (1, 2):
+        rollout = next(i for i, line in enumerate(lines)
+                       if re.match(rf"step {step}/2 rollout: 4 episodes, \d+ env steps in ", line))
+        assert re.match(rf"step {step}/2 update: \d+ transitions, 1 optimizer step\(s\) in ",
+                        lines[rollout + 1])
+        assert lines[rollout + 2].startswith(f"step {step}/2 |")

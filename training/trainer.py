@@ -108,7 +108,8 @@ class PaWTrainer:
         if collect is None:
             from training.collect import EnvCollector
 
-            collect = EnvCollector(config)
+            # On a terminal the rollout shows its episodes; a log gets one line per phase.
+            collect = EnvCollector(config, progress=self._show_bars())
         self.collect = collect
         self.device = next(self.model.parameters()).device
         self.settings = ObjectiveSettings(
@@ -374,7 +375,12 @@ class PaWTrainer:
         for trajectory in trajectories:
             trajectory.group_index += mine.start
         rollout_time = time.perf_counter() - start
+        self._log_phase(f"rollout: {len(trajectories)} episodes, "
+                        f"{sum(len(t) for t in trajectories)} env steps in {rollout_time:.1f} s")
         metrics = self.update(trajectories)
+        self._log_phase(f"update: {metrics['transitions']} transitions, "
+                        f"{metrics['optimizer_steps']} optimizer step(s) in "
+                        f"{metrics['update_time']:.1f} s")
         generated = sum(len(s.output.response_ids) for t in trajectories for s in t.transitions)
         generated = world.reduce({"tokens": generated})["tokens"]
         # The slowest rank's rollout is the one the update waits for.
@@ -383,6 +389,19 @@ class PaWTrainer:
                        gen_tokens_per_s=generated / max(rollout_time, 1e-9))
         self.step += 1
         return metrics
+
+    def _show_bars(self) -> bool:
+        """Progress bars within a phase: rank 0, on a terminal, unless ``progress`` is off."""
+        return self.config.progress and self.world.is_main and is_terminal()
+
+    def _log_phase(self, text: str) -> None:
+        """Outside a terminal (a log file), one line per phase of an update that prints its
+        metrics (``log_every``), so that a long update shows where it is."""
+        config = self.config
+        if (config.progress and self.world.is_main and not is_terminal() and config.log_every
+                and (self.step + 1) % config.log_every == 0):
+            print(f"step {self.step + 1}/{config.total_steps} {text}", file=sys.stderr,
+                  flush=True)
 
     def _rollout_policy(self):
         """The policy that samples this step's rollout. With vLLM, the adapter as trained so far
@@ -442,9 +461,12 @@ class PaWTrainer:
         n = len(batch.samples)
         size = n if config.mini_batch_size <= 0 else config.mini_batch_size
         norms = []
+        bar = progress_bar(total=config.ppo_epochs * math.ceil(n / size), desc="update",
+                           unit="mini-batch", leave=False, disable=not self._show_bars())
         for _ in range(config.ppo_epochs):
             order = torch.randperm(n, generator=order_rng).tolist()
             for begin in range(0, n, size):
+                bar.update(1)
                 rows = order[begin:begin + size]
                 norm = self._optimize(batch, rows, totals)
                 if "rollout_gap_sum" not in totals:  # first mini-batch: still the sampler's weights
@@ -454,6 +476,7 @@ class PaWTrainer:
                     norms.append(norm)
                 if self.critic is not None:
                     self._optimize_critic(batch, rows, totals)
+        bar.close()
         summed = self.world.reduce({k: v for k, v in totals.items()
                                     if k not in RANK_INDEPENDENT_TOTALS})
         totals = {**totals, **summed}
