@@ -273,3 +273,27 @@ def test_fsdp2_shards_give_one_process_gradients_in_float64():
         assert check["max_rel_grad_diff"] < 1e-12, check
         assert abs(check["loss_sharded"] - check["loss_one_process"]) < 1e-9 * abs(
             check["loss_one_process"]), check
+
+
+def test_fsdp_mixed_precision_trains_in_bfloat16_over_float32_weights(tiny_model_dir, tmp_path):
+    """``sharding: fsdp`` with ``mixed_precision: bf16`` in 2 processes: the updates run (with
+    a KL reference), the rollout's log-probs and the training pass agree to bfloat16's
+    rounding, and the checkpoint holds the float32 weights."""
+    from safetensors.torch import load_file
+
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(dict(
+        model=str(tiny_model_dir), env_id="PaW/Shelf-v0", n_groups=2, group_size=2,
+        max_new_tokens=10, max_episode_steps=2, total_steps=2, lora=False, lr=1e-4,
+        kl_coef=0.05, dtype="float32", sharding="fsdp", mixed_precision="bf16", device="cpu",
+        progress=False, algo="grpo")))
+    done = _launch([*_torchrun(2), "-m", "training.cli", "train", "--config", str(config),
+                    "--output_dir", str(tmp_path / "run")], tmp_path)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stdout.count("metrics and curves in") == 1  # rank 0 reports, once
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text()
+               .splitlines()]
+    assert [r["optimizer_steps"] for r in records] == [1, 1]
+    assert all(0 < r["rollout_logprob_gap"] < 0.02 for r in records)
+    [weights] = (tmp_path / "run" / "checkpoints").glob("step-000002/model/*.safetensors")
+    assert {str(t.dtype) for t in load_file(str(weights)).values()} == {"torch.float32"}

@@ -59,6 +59,12 @@ def test_every_field_has_a_docstring():
     ({"lr": -1}, "lr=-1 is invalid; expected a learning rate >= 0"),
     ({"critic_lr": -0.5}, "critic_lr=-0.5"),
     ({"history_length": -1}, "history_length=-1"),
+    # Issue 29: what FSDP does not take yet, and mixed precision's needs.
+    ({"sharding": "fsdp"}, "sharding='fsdp' does not take lora=True"),
+    ({"sharding": "fsdp", "lora": False, "algo": "ppo"}, r"does not take algo='ppo' \(PPO's critic"),
+    ({"mixed_precision": "bf16", "lora": False, "dtype": "float32"},
+     r"mixed_precision='bf16' computes in bfloat16 over float32 weights sharded by FSDP: it needs "
+     r"sharding: fsdp and dtype: float32 \(got sharding='ddp', dtype='float32'\)"),
     # Issue 27: silently accepted before, each ruining a run.
     ({"lr": float("inf")}, "lr=inf is invalid; expected a number \\(finite\\)"),
     ({"max_grad_norm": float("nan")}, "max_grad_norm=nan is invalid"),

@@ -60,6 +60,10 @@ class TrainConfig:
     ``fully_shard`` per decoder layer: each process holds 1/N of them, plus an unsharded copy
     of the weights that samples the rollouts; full fine-tuning with GRPO, GiGPO or RLOO and
     ``rollout_backend: hf``). One process holds everything either way."""
+    mixed_precision: Literal["no", "bf16"] = "no"
+    """``bf16`` with ``sharding: fsdp`` over several processes: forward and backward in
+    bfloat16 over the float32 weights of ``dtype: float32`` (gradients reduced in float32; the
+    sampler and KL reference copies in bfloat16). ``no``: everything in ``dtype``."""
     rollout_backend: Literal["hf", "vllm"] = "hf"
     """Who samples the rollouts: ``hf`` (the training model itself) or ``vllm`` (a vLLM engine
     on the same base model that gets the current LoRA adapter before every rollout; needs
@@ -285,6 +289,10 @@ class TrainConfig:
                     raise ValueError(f"sharding='fsdp' does not take {name}={getattr(self, name)!r}"
                                      f" ({why}); it trains all weights with algo grpo, gigpo or "
                                      f"rloo and rollout_backend hf")
+        if self.mixed_precision != "no" and (self.sharding != "fsdp" or self.dtype != "float32"):
+            raise ValueError(f"mixed_precision={self.mixed_precision!r} computes in bfloat16 over "
+                             f"float32 weights sharded by FSDP: it needs sharding: fsdp and dtype:"
+                             f" float32 (got sharding={self.sharding!r}, dtype={self.dtype!r})")
         if self.rollout_backend == "vllm" and not self.lora:
             raise ValueError("rollout_backend='vllm' needs lora: true (the trained LoRA adapter is "
                              "what is synced to the vLLM engine before every rollout)")

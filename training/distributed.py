@@ -119,6 +119,8 @@ class SingleProcess:
         return passes
 
     sharded = False
+    #: The dtype of the training passes when it is not the weights' (FSDP mixed precision).
+    compute_dtype: torch.dtype | None = None
 
 
 class MultiProcess(SingleProcess):
@@ -194,17 +196,26 @@ class ShardedProcess(MultiProcess):
     ACCEPTED = ("MULTI_CPU", "MULTI_GPU", "FSDP")
     sharded = True
 
+    def __init__(self, cpu: bool, compute_dtype: torch.dtype | None = None):
+        super().__init__(cpu)
+        self.compute_dtype = compute_dtype
+
     def prepare(self, module: torch.nn.Module) -> torch.nn.Module:
         """Shard ``module`` (a ``training.objective.PolicyScorer``) in place: each decoder
-        layer is one FSDP unit, the root holds the embeddings, final norm and LM head."""
-        from torch.distributed.fsdp import fully_shard
+        layer is one FSDP unit, the root holds the embeddings, final norm and LM head. With a
+        ``compute_dtype``, FSDP gathers the weights in it and reduces gradients in float32."""
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         from training.objective import split_causal_lm
 
+        # The scorer's inputs stay as they are: the rollout's log-probs in them are float32.
+        policy = (MixedPrecisionPolicy(param_dtype=self.compute_dtype,
+                                       reduce_dtype=torch.float32, cast_forward_inputs=False)
+                  if self.compute_dtype else MixedPrecisionPolicy())
         decoder, _ = split_causal_lm(module.model)
         for layer in decoder.layers:
-            fully_shard(layer)
-        fully_shard(module)
+            fully_shard(layer, mp_policy=policy)
+        fully_shard(module, mp_policy=policy)
         # FSDP takes the first module whose forward runs as its root; make it the scorer now.
         module._get_fsdp_state()._lazy_init()
         return module
@@ -257,10 +268,12 @@ class ShardedProcess(MultiProcess):
         set_optimizer_state_dict(module, optimizer, optimizer_state, options=options)
 
 
-def setup(device: str | None, sharding: str = "ddp") -> SingleProcess:
+def setup(device: str | None, sharding: str = "ddp", mixed_precision: str = "no"
+          ) -> SingleProcess:
     """The world this process runs in: :class:`MultiProcess` (``sharding`` ``ddp``) or
-    :class:`ShardedProcess` (``fsdp``) under a launcher with more than one process, else
-    :class:`SingleProcess`. ``device`` is ``TrainConfig.device``."""
+    :class:`ShardedProcess` (``fsdp``, computing in bfloat16 with ``mixed_precision``
+    ``bf16``) under a launcher with more than one process, else :class:`SingleProcess`.
+    ``device`` is ``TrainConfig.device``."""
     if launched_world_size() <= 1:
         return SingleProcess()
     if device is not None and device.startswith("cuda:"):
@@ -268,7 +281,10 @@ def setup(device: str | None, sharding: str = "ddp") -> SingleProcess:
                          f"{launched_world_size()} processes leave device unset or set it to "
                          f"'cuda' (each process takes its LOCAL_RANK's GPU) or 'cpu'")
     cpu = device == "cpu" or (device is None and not torch.cuda.is_available())
-    return (ShardedProcess if sharding == "fsdp" else MultiProcess)(cpu=cpu)
+    if sharding == "fsdp":
+        return ShardedProcess(cpu=cpu, compute_dtype=torch.bfloat16
+                              if mixed_precision == "bf16" else None)
+    return MultiProcess(cpu=cpu)
 
 
 def shutdown() -> None:

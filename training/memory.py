@@ -10,6 +10,9 @@ config's ``dtype``) and N processes, one process holds
 * sampler          FSDP only: ``P·b``, the unsharded weights that sample the rollouts
 * KL reference     full fine-tuning with ``kl_coef > 0``: ``P·b`` (a frozen copy; LoRA disables
   its adapters instead)
+
+(with FSDP's ``mixed_precision: bf16`` the sampler, the reference and the activations take 2
+bytes per value over the float32 weights)
 * PPO critic       the decoder again (``P_d``: P without the embeddings and LM head), with its
   gradients and states, ``4·P_d·b``
 * activations      of one micro-batch of ``T = token_budget`` tokens through L layers of width H
@@ -96,16 +99,18 @@ def estimate(config, shape: dict[str, Any], processes: int) -> MemoryEstimate:
         trained = total
     sharded = config.sharding == "fsdp" and processes > 1
     share = processes if sharded else 1
+    # FSDP mixed precision: copies and activations in bfloat16 over float32 weights.
+    copies = 2 if sharded and config.mixed_precision == "bf16" else width
     layers, hidden, tokens = shape["layers"], shape["hidden"], config.token_budget
-    per_layer = tokens * (10 * hidden + 4 * shape["intermediate"]) * width
-    activations = (layers * tokens * hidden * width + per_layer if config.gradient_checkpointing
+    per_layer = tokens * (10 * hidden + 4 * shape["intermediate"]) * copies
+    activations = (layers * tokens * hidden * copies + per_layer if config.gradient_checkpointing
                    else layers * per_layer)
     parts = {
         "weights": total * width / share,
         "gradients": trained * width / share,
         "optimizer": 2 * trained * width / share,
-        "sampler": total * width if sharded else 0.0,
-        "reference": total * width if config.kl_coef > 0 and not config.lora else 0.0,
+        "sampler": total * copies if sharded else 0.0,
+        "reference": total * copies if config.kl_coef > 0 and not config.lora else 0.0,
         "critic": 4 * shape["decoder_parameters"] * width if config.algo == "ppo" else 0.0,
         "activations": activations + 3 * config.logits_chunk * shape["vocab"] * 4,
     }

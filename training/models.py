@@ -105,8 +105,12 @@ class Reference:
     """The KL reference policy: the same model with adapters disabled (LoRA), or a frozen copy
     of the initial weights (full fine-tuning)."""
 
-    def __init__(self, model, lora: bool):
+    def __init__(self, model, lora: bool, dtype: torch.dtype | None = None):
+        """``dtype``: the frozen copy's, when the training passes run in another dtype than
+        the weights' (FSDP mixed precision)."""
         self.frozen = None if lora else copy.deepcopy(model).requires_grad_(False).eval()
+        if self.frozen is not None and dtype is not None:
+            self.frozen.to(dtype)
         self.model = model
 
     @contextlib.contextmanager

@@ -95,7 +95,7 @@ class PaWTrainer:
             from agents.envs import check_env_settings
 
             check_env_settings(config.env_id, config.env_kwargs)
-        self.world = distributed.setup(config.device, config.sharding)
+        self.world = distributed.setup(config.device, config.sharding, config.mixed_precision)
         distributed.check_group_count(config, self.world.world_size)
         seed_everything(config.seed)
         if policy is None:
@@ -120,11 +120,13 @@ class PaWTrainer:
             raise ValueError("the model has no trainable parameters")
         # Copies of the unsharded weights, before sharding: the KL reference, and under FSDP
         # the sampler (refreshed before every rollout, see _rollout_policy).
-        self.reference = Reference(self.model, config.lora) if config.kl_coef > 0 else None
+        self.reference = Reference(self.model, config.lora, self.world.compute_dtype) \
+            if config.kl_coef > 0 else None
         self.sampler = None
         if self.world.sharded:
             self.sampler = copy.copy(self.policy)
-            self.sampler.model = copy.deepcopy(self.model).requires_grad_(False)
+            self.sampler.model = copy.deepcopy(self.model).requires_grad_(False).to(
+                self.world.compute_dtype or next(self.model.parameters()).dtype)
         self._sampler_step: int | None = None
         # The training pass runs through this module: DDP-wrapped, or sharded with the model
         # (whose parameters FSDP replaces, so the optimizer takes them afterwards).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass, field
 
 
@@ -58,7 +60,7 @@ def run(args) -> int:
     except (FileNotFoundError, CheckpointError, CheckpointMismatch) as error:
         raise UserError(str(error)) from error
     shutdown()
-    if history:
+    if history and int(os.environ.get("RANK", "0")) == 0:  # once per launch
         last = history[-1]
         print(f"step {last['step']}: reward {last['reward']:.3f}, success {last['success']:.3f}; "
               f"metrics and curves in {config.output_dir}")
