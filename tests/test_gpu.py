@@ -57,3 +57,26 @@ def test_the_logits_chunking_bounds_memory_at_qwens_vocabulary():
         peaks[full] = torch.cuda.max_memory_allocated() - base
     assert losses[False] == pytest.approx(losses[True], rel=2e-2)
     assert peaks[False] < peaks[True] / 2, {k: v / 2**30 for k, v in peaks.items()}
+
+
+def test_a_config_larger_than_the_gpu_is_refused_before_loading(tmp_path):
+    """Full fine-tuning of the Qwen2.5-14B architecture on one GPU (DDP, KL reference): the
+    estimate exceeds any single GPU of today, so PaWTrainer refuses with one line naming
+    what to change, before reading a weight (the folder holds only config.json)."""
+    from transformers import Qwen2Config
+
+    from training.config import TrainConfig
+    from training.trainer import PaWTrainer
+
+    Qwen2Config(vocab_size=152064, hidden_size=5120, intermediate_size=13824,
+                num_hidden_layers=48, num_attention_heads=40, num_key_value_heads=8,
+                tie_word_embeddings=False, torch_dtype="bfloat16").save_pretrained(tmp_path)
+    config = TrainConfig(model=str(tmp_path), env_id="PaW/Shelf-v0", lora=False,
+                         dtype="bfloat16", kl_coef=0.01, device="cuda",
+                         output_dir=str(tmp_path / "run"))
+    allocated = torch.cuda.memory_allocated()
+    with pytest.raises(ValueError, match=r"does not fit one GPU of \d+\.\d GiB: estimated memory "
+                                         r"per process \(1 process, 14\.\d+ B parameters\).*"
+                                         r"change: lora: true; sharding: fsdp over more GPUs"):
+        PaWTrainer(config)
+    assert torch.cuda.memory_allocated() == allocated  # nothing was loaded
