@@ -9,6 +9,20 @@ from typing import Any, Sequence
 logger = logging.getLogger(__name__)
 
 
+def render_chat(tokenizer, messages: list[dict], **kwargs) -> str:
+    """``tokenizer.apply_chat_template(messages, tokenize=False)``, with a template that fails
+    to render (a syntax error, or an access transformers' Jinja sandbox refuses) as one
+    ValueError."""
+    from jinja2 import TemplateError
+
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
+    except TemplateError as error:
+        raise ValueError(f"the chat template of {getattr(tokenizer, 'name_or_path', 'the model')!r}"
+                         f" failed to render ({type(error).__name__}: {error}); transformers "
+                         f"renders it in a sandbox, so nothing it asked for ran") from None
+
+
 class ChatEncoder:
     """Turns a user message into the prompt ids a backend generates from.
 
@@ -34,8 +48,7 @@ class ChatEncoder:
         messages = [{"role": "user", "content": prompt}]
         if self.system_prompt is not None:
             messages.insert(0, {"role": "system", "content": self.system_prompt})
-        return self.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                  add_generation_prompt=True)
+        return render_chat(self.tokenizer, messages, add_generation_prompt=True)
 
     def encode(self, prompt: str, max_new_tokens: int) -> tuple[list[int], bool]:
         """Prompt ids and whether they were cut from the left."""

@@ -35,6 +35,7 @@ def check_model_source(model: str | Path) -> str:
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"model folder {source!r} has no config.json (is it a "
                                     "saved Hugging Face model?)")
+        check_model_folder(path)
         return source
     first = Path(source).parts[0] if Path(source).parts else ""
     looks_local = (source.startswith((".", "/", "~")) or source.count("/") > 1
@@ -46,6 +47,42 @@ def check_model_source(model: str | Path) -> str:
                          "(namespace/name, e.g. Qwen/Qwen2.5-1.5B-Instruct)")
     _check_hub_model(source)
     return source
+
+
+#: Weight files that are Python pickles: loading one can run code.
+_PICKLED_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt")
+
+
+def check_model_folder(path: Path) -> None:
+    """Refuse, in one line, a model folder that would run code from its files: Python code
+    named by an ``auto_map`` (config or tokenizer), pickled weights without safetensors, or a
+    chat template that tries what transformers' sandbox forbids."""
+    import json
+
+    for name in ("config.json", "tokenizer_config.json"):
+        file = path / name
+        try:
+            settings = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
+        except (OSError, ValueError) as error:
+            raise ValueError(f"{file} is not readable JSON ({error})") from None
+        if isinstance(settings, dict) and settings.get("auto_map"):
+            raise ValueError(f"{file} has an auto_map ({', '.join(settings['auto_map'])}): it "
+                             f"asks to run the folder's own Python code, which paw-gym does not "
+                             f"do; use a model transformers implements (Qwen2, Llama, ...)")
+    if not any(path.glob("*.safetensors")):
+        pickled = sorted(p.name for pattern in _PICKLED_WEIGHTS for p in path.glob(pattern))
+        if pickled:
+            raise ValueError(f"model folder {str(path)!r} has only pickled weights "
+                             f"({', '.join(pickled[:3])}), which can run code when loaded; "
+                             f"paw-gym loads safetensors: convert them where you trust the file "
+                             f"(model.save_pretrained(folder, safe_serialization=True))")
+    if (path / "tokenizer_config.json").is_file() or (path / "chat_template.jinja").is_file():
+        from transformers import AutoTokenizer
+
+        from agents.chat import render_chat
+
+        render_chat(AutoTokenizer.from_pretrained(path),
+                    [{"role": "user", "content": "hello"}], add_generation_prompt=True)
 
 
 #: How to get a model without the hub, for the errors below.

@@ -156,6 +156,32 @@ def _truncate(pattern: str, keep: int | None = None):
     return damage
 
 
+def _model_changed(change: Callable[[Path], None]) -> Callable[[Path], int]:
+    """``paw-gym train`` on a tiny model folder after ``change`` (a hostile edit)."""
+    def run(work: Path) -> int:
+        from training.cli import main
+
+        model = _tiny(work)
+        change(model)
+        return main(["train", "--model", str(model), "--env_id", "PaW/Shelf-v0",
+                     "--output_dir", str(work / "run"), "--progress", "false"])
+    return run
+
+
+def _edit_json(name: str, key: str, value: Any) -> Callable[[Path], None]:
+    def change(model: Path) -> None:
+        settings = json.loads((model / name).read_text(encoding="utf-8"))
+        settings[key] = value
+        (model / name).write_text(json.dumps(settings), encoding="utf-8")
+        (model / "chat_template.jinja").unlink(missing_ok=True)  # the template in the JSON wins
+    return change
+
+
+def _pickled_only(model: Path) -> None:
+    for weights in model.glob("*.safetensors"):
+        weights.rename(weights.with_name("pytorch_model.bin"))
+
+
 def cases() -> list[Case]:
     # A valid, one-second run: a bad value that is silently accepted costs next to nothing.
     base = ("model: {work}/tiny\nenv_id: PaW/Shelf-v0\ndevice: cpu\ntotal_steps: 1\n"
@@ -165,6 +191,21 @@ def cases() -> list[Case]:
     return [
         # -- paw-gym train configs ----------------------------------------------------------
         Case("train config", "YAML syntax error", train_yaml("model: [unclosed\n"), "config.yaml"),
+        Case("model folder", "config.json auto_map (remote code)",
+             _model_changed(_edit_json("config.json", "auto_map",
+                                       {"AutoModelForCausalLM": "evil.Model"})), "auto_map"),
+        Case("model folder", "tokenizer_config.json auto_map",
+             _model_changed(_edit_json("tokenizer_config.json", "auto_map",
+                                       {"AutoTokenizer": ["evil.Tok", None]})), "auto_map"),
+        Case("model folder", "pickled weights only (*.bin)", _model_changed(_pickled_only),
+             "only pickled weights"),
+        Case("model folder", "chat template reaching for os",
+             _model_changed(_edit_json("tokenizer_config.json", "chat_template",
+                                       "{{ cycler.__init__.__globals__.os.getcwd() }}")),
+             "failed to render"),
+        Case("model folder", "chat template syntax error",
+             _model_changed(_edit_json("tokenizer_config.json", "chat_template", "{% if %}")),
+             "failed to render"),
         Case("train config", "config is a list", train_yaml("- a\n- b\n"), "mapping"),
         Case("train config", "unknown key", train_yaml("lrr: 1\n"), "unknown config key"),
         Case("train config", "device: gpu", train_flags(base, "--device", "gpu"), "device='gpu'"),

@@ -233,3 +233,50 @@ def test_a_hub_name_offline_is_one_line_naming_how_to_get_a_model(tmp_path, monk
     (snapshot.parents[1] / "refs").mkdir()
     (snapshot.parents[1] / "refs" / "main").write_text("abc123")
     assert check_model_source("Org/Tiny") == "Org/Tiny"
+
+
+def _hostile_copy(tiny_model_dir, folder):
+    """A copy of the tiny model for one of the hostile variants below."""
+    import shutil
+
+    shutil.copytree(tiny_model_dir, folder)
+    return folder
+
+
+def test_a_model_folder_that_would_run_its_own_code_is_one_line(tiny_model_dir, tmp_path,
+                                                                capsys):
+    """auto_map (config or tokenizer), pickled weights only, and a chat template that reaches
+    for Python internals: each refused by `paw-gym train` in one line before loading, and the
+    template's planted file is never written."""
+    import json
+
+    from training.cli import main
+
+    auto_map = _hostile_copy(tiny_model_dir, tmp_path / "auto_map")
+    config = json.loads((auto_map / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForCausalLM": "modeling_evil.EvilModel"}
+    (auto_map / "config.json").write_text(json.dumps(config))
+
+    pickled = _hostile_copy(tiny_model_dir, tmp_path / "pickled")
+    for weights in pickled.glob("*.safetensors"):
+        weights.rename(weights.with_name("pytorch_model.bin"))
+
+    planted = tmp_path / "planted.txt"
+    template = _hostile_copy(tiny_model_dir, tmp_path / "template")
+    settings = json.loads((template / "tokenizer_config.json").read_text())
+    settings["chat_template"] = ("{{ cycler.__init__.__globals__.os.popen('touch " + str(planted)
+                                 + "').read() }}")
+    (template / "tokenizer_config.json").write_text(json.dumps(settings))
+    (template / "chat_template.jinja").unlink(missing_ok=True)
+
+    for folder, message in [(auto_map, "has an auto_map (AutoModelForCausalLM): it asks to run "
+                                       "the folder's own Python code"),
+                            (pickled, "has only pickled weights (pytorch_model.bin), which can "
+                                      "run code when loaded"),
+                            (template, "failed to render (SecurityError")]:
+        code = main(["train", "--model", str(folder), "--env_id", "PaW/Shelf-v0",
+                     "--output_dir", str(tmp_path / "run"), "--progress", "false"])
+        err = capsys.readouterr().err
+        assert code != 0 and message in err and err.count("\n") == 1, err
+        assert not (tmp_path / "run").exists()
+    assert not planted.exists()

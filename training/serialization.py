@@ -88,7 +88,9 @@ def chat_separator_text(tokenizer: Any, role: str = OBSERVATION_ROLE) -> str:
                          f"{type(tokenizer).__name__} has none; use wm_context: end_of_turn")
     messages = [{"role": "user", "content": "h"}, {"role": "assistant", "content": _ACTION_MARK},
                 {"role": role, "content": _OBSERVATION_MARK}]
-    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    from agents.chat import render_chat
+
+    text = render_chat(tokenizer, messages)
     start, end = text.find(_ACTION_MARK), text.find(_OBSERVATION_MARK)
     if start < 0 or end < start:
         raise ValueError("the chat template does not render an assistant message followed by a "
