@@ -386,3 +386,46 @@ def test_a_logged_run_prints_each_phase_of_an_update(tiny_model_dir, tmp_path, c
         assert re.match(rf"step {step}/2 update: \d+ transitions, 1 optimizer step\(s\) in ",
                         lines[rollout + 1])
         assert lines[rollout + 2].startswith(f"step {step}/2 |")
+
+
+#: `paw-gym train` under a file-size limit (RLIMIT_FSIZE): the OS refuses writes past it, as a
+#: full disk does; the limit is set in the child only.
+LIMITED_TRAIN = textwrap.dedent("""
+    import resource, signal, sys
+    from training.cli import main
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a refused write is then an OSError
+    limit = int(sys.argv[1])
+    sys.exit(main(sys.argv[2:]) if limit == 0 else (
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)) or main(sys.argv[2:])))
+""")
+
+
+def test_a_checkpoint_that_cannot_be_written_is_one_error_and_the_last_one_stays(
+        tiny_model_dir, tmp_path):
+    """Step 1's checkpoint is written; then files are capped below the weights' size: step
+    2's save fails with one line naming the intact checkpoint, leaves no partial folder, and
+    --resume (without the cap) continues from step 1."""
+    script = tmp_path / "limited.py"
+    script.write_text(LIMITED_TRAIN)
+    out = tmp_path / "run"
+    flags = ["train", "--model", str(tiny_model_dir), "--env_id", "PaW/Shelf-v0",
+             "--max_episode_steps", "2", "--n_groups", "2", "--group_size", "2",
+             "--max_new_tokens", "8", "--device", "cpu",
+             "--save_every", "1", "--progress", "false", "--output_dir", str(out)]
+    env = {**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    run = lambda limit, *extra: subprocess.run(  # noqa: E731
+        [sys.executable, str(script), str(limit), *flags, *extra], env=env, cwd=tmp_path,
+        capture_output=True, text=True, timeout=300)
+    assert run(0, "--total_steps", "1").returncode == 0
+    weights = next((out / "checkpoints").glob("step-000001/model/*.safetensors"))
+    done = run(weights.stat().st_size // 2, "--total_steps", "2", "--resume")
+    assert done.returncode == 2, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]  # earlier lines: the resume's own report
+    assert "Traceback" not in done.stderr and last.startswith("paw-gym train: error: could not "
+                                                             "write checkpoint")
+    assert "the latest intact checkpoint is step-000001, which --resume takes" in last
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000001"]
+    resumed = run(0, "--total_steps", "2", "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert (out / "checkpoints" / "step-000002" / "state.json").is_file()

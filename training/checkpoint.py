@@ -40,6 +40,11 @@ class CheckpointMismatch(ValueError):
     """An intact checkpoint of another model or LoRA setting than the run resuming it."""
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk, a quota); the partial one is removed and
+    the earlier checkpoints are untouched."""
+
+
 #: The settings that fix the shapes of the saved weights: a resume must keep them.
 WEIGHT_SETTINGS = ("lora", "lora_r", "lora_target_modules")
 

@@ -6,7 +6,8 @@ config's ``dtype``) and N processes, one process holds
 
 * weights          ``P·b`` (DDP), ``P·b / N`` (FSDP)
 * gradients        ``P_t·b``, ``/ N`` under FSDP
-* AdamW states     ``2·P_t·b`` (``exp_avg``, ``exp_avg_sq``, in the weights' dtype), ``/ N`` under FSDP
+* AdamW states     ``2·P_t·b`` (``exp_avg`` and ``exp_avg_sq``, in the weights' dtype),
+  ``/ N`` under FSDP
 * sampler          FSDP only: ``P·b``, the unsharded weights that sample the rollouts
 * KL reference     full fine-tuning with ``kl_coef > 0``: ``P·b`` (a frozen copy; LoRA disables
   its adapters instead)

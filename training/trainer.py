@@ -7,6 +7,7 @@ import json
 import math
 import random
 import resource
+import shutil
 import sys
 import time
 import warnings
@@ -682,11 +683,27 @@ class PaWTrainer:
 
     # -- checkpoints --------------------------------------------------------------------------
     def save_checkpoint(self) -> Path:
-        """Rank 0 writes the weights, optimizers and state; every rank its RNG state."""
+        """Rank 0 writes the weights, optimizers and state; every rank its RNG state. A failed
+        write (a full disk) is a ``CheckpointWriteError``, and the partial checkpoint goes."""
+        from safetensors import SafetensorError
+
+        path = ckpt.checkpoint_dir(self.config.output_dir, self.step)
+        try:
+            return self._write_checkpoint(path)
+        except (OSError, SafetensorError) as error:  # safetensors' own I/O error
+            if self.world.is_main:  # without state.json it is incomplete anyway: make room
+                shutil.rmtree(path, ignore_errors=True)
+            earlier = ckpt.latest_checkpoint(self.config.output_dir)
+            after = (f"the latest intact checkpoint is {earlier.name}, which --resume takes"
+                     if earlier else "no earlier checkpoint")
+            reason = getattr(error, "strerror", None) or error
+            raise ckpt.CheckpointWriteError(f"could not write checkpoint {path} ({reason}); "
+                                            f"removed the partial one; {after}") from None
+
+    def _write_checkpoint(self, path: Path) -> Path:
         from safetensors.torch import save_file
 
         world = self.world
-        path = ckpt.checkpoint_dir(self.config.output_dir, self.step)
         path.mkdir(parents=True, exist_ok=True)
         if world.sharded:  # the whole weights and optimizer state, gathered on rank 0
             model_state, optimizer_state = world.full_state(self.model, self.optimizer)

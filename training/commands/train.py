@@ -36,7 +36,8 @@ def run(args) -> int:
     resume = arguments_from(args, TrainArguments).resume
     check_env(config.env_id, config.env_kwargs)
     from agents.hf_policy import check_model_source  # torch: once the config is valid
-    from training.checkpoint import CheckpointError, CheckpointMismatch, check_output_dir
+    from training.checkpoint import (CheckpointError, CheckpointMismatch, CheckpointWriteError,
+                                     check_output_dir)
     from training.distributed import check_group_count, launched_world_size
 
     resume = True if resume == "latest" else resume
@@ -57,7 +58,7 @@ def run(args) -> int:
 
     try:
         history = PaWTrainer(config).train(resume=resume)
-    except (FileNotFoundError, CheckpointError, CheckpointMismatch) as error:
+    except (FileNotFoundError, CheckpointError, CheckpointMismatch, CheckpointWriteError) as error:
         raise UserError(str(error)) from error
     shutdown()
     if history and int(os.environ.get("RANK", "0")) == 0:  # once per launch
