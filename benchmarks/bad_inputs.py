@@ -191,6 +191,11 @@ def cases() -> list[Case]:
     return [
         # -- paw-gym train configs ----------------------------------------------------------
         Case("train config", "YAML syntax error", train_yaml("model: [unclosed\n"), "config.yaml"),
+        Case("play", "--episodes 10**12", cli("play", "--env", "PaW/Shelf-v0", "--episodes",
+                                             str(10**12)), "--episodes must be between 1 and"),
+        Case("gen-alfworld", "--per_type 10**12",
+             cli("gen-alfworld", "--out", "{work}/alf", "--per_type", str(10**12)),
+             "--per_type must be between 1 and"),
         Case("model folder", "config.json auto_map (remote code)",
              _model_changed(_edit_json("config.json", "auto_map",
                                        {"AutoModelForCausalLM": "evil.Model"})), "auto_map"),

@@ -18,6 +18,10 @@ TaskType = Literal["pick_and_place_simple", "look_at_obj_in_light",
                    "pick_cool_then_place_in_recep", "pick_two_obj_and_place"]
 
 
+#: Games per task type and split beyond which a generation would run for days.
+MAX_PER_TYPE = 100_000
+
+
 @dataclass
 class GenAlfworldArguments:
     """Which ALFWorld games ``paw-gym gen-alfworld`` generates, and where."""
@@ -57,8 +61,10 @@ def run(args) -> int:
         from paw_gym.alfworld.generate import GenerationConfig, generate, split_dir
     except ImportError as error:  # the [alfworld] extra is missing
         raise UserError(f"{error}; install it with: pip install 'paw-gym[alfworld]'") from error
-    if arguments.per_type < 1:
-        raise UserError(f"--per-type {arguments.per_type} must be at least 1")
+    if not 1 <= arguments.per_type <= MAX_PER_TYPE:
+        raise UserError(f"--per_type must be between 1 and {MAX_PER_TYPE:,} games per task type "
+                        f"and split (the official data has about 600 per type in train; each "
+                        f"game takes seconds), got {arguments.per_type:,}")
     config = GenerationConfig(out=Path(arguments.out), per_type=arguments.per_type,
                               seed=arguments.seed, splits=tuple(arguments.splits),
                               task_types=tuple(arguments.task_types), progress=arguments.progress)

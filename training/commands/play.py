@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 
+#: More episodes than this would run for days and print a table nobody reads.
+MAX_EPISODES = 1_000_000
+
+
 @dataclass
 class PlayArguments:
     """What ``paw-gym play`` plays and records."""
@@ -55,8 +59,9 @@ def run(args) -> int:
 
     arguments = arguments_from(args, PlayArguments)
     check_env(arguments.env, arguments.env_kwargs)
-    if arguments.episodes < 1:
-        raise UserError(f"--episodes must be >= 1, got {arguments.episodes}")
+    if not 1 <= arguments.episodes <= MAX_EPISODES:
+        raise UserError(f"--episodes must be between 1 and {MAX_EPISODES:,} (a scripted episode "
+                        f"takes milliseconds to seconds), got {arguments.episodes:,}")
     try:
         env = make_agent_env(arguments.env, **arguments.env_kwargs)
     except (TypeError, ValueError, FileNotFoundError) as error:  # bad kwargs or missing data
