@@ -140,8 +140,8 @@ def test_a_killed_two_process_run_resumes_to_the_same_metrics(tiny_model_dir, tm
     """``accelerate launch`` and ``torchrun`` of ``training.cli train`` with one YAML: the
     uninterrupted 2-process run, and one whose rank 1 is killed in step 3 and resumed with
     --resume, end with the same metrics, weights and replay. With DDP (LoRA) and with FSDP
-    (full fine-tuning: sharded weights, rollouts and validation by the gathered copy, the
-    whole state saved by rank 0 and re-sharded on resume)."""
+    (full fine-tuning: sharded weights, rollouts and validation by the gathered copy, each
+    rank's shards saved with torch.distributed.checkpoint and the whole model by rank 0)."""
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump(dict(
         model=str(tiny_model_dir), env_id="PaW/Shelf-v0", n_groups=3, group_size=2,
@@ -190,6 +190,11 @@ def test_a_killed_two_process_run_resumes_to_the_same_metrics(tiny_model_dir, tm
     assert all((weights[0][k] == weights[1][k]).all() for k in weights[0])
     if sharding.get("sharding") == "fsdp":  # rank 0 wrote the whole model: a plain HF folder
         from transformers import AutoModelForCausalLM
+
+        # and each rank its shards of weights and optimizer states (torch.distributed.checkpoint)
+        sharded = sorted(p.name for p in (checkpoints[1] / "sharded").iterdir())
+        assert sharded == [".metadata", "__0_0.distcp", "__1_0.distcp"], sharded
+        assert not list(checkpoints[1].glob("optimizer*"))
 
         model = AutoModelForCausalLM.from_pretrained(checkpoints[0] / "model")
         assert all((p.detach() == weights[0][n]).all() for n, p in model.named_parameters()

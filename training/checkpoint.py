@@ -172,41 +172,30 @@ def remove_run(output_dir: str | Path) -> None:
 
 
 def save_optimizer(optimizer: torch.optim.Optimizer, path: Path) -> None:
-    save_optimizer_state(optimizer.state_dict(), path)
-
-
-def save_optimizer_state(state: dict[str, Any], path: Path) -> None:
-    """An optimizer state dict (parameters keyed by index, or by name as FSDP's whole state
-    is) as ``<path>.safetensors`` (tensors) and ``<path>.json`` (the rest)."""
+    state = optimizer.state_dict()
     tensors: dict[str, torch.Tensor] = {}
     scalars: dict[str, dict[str, Any]] = {}
-    for key, values in state["state"].items():
+    for index, values in state["state"].items():
         for name, value in values.items():
             if isinstance(value, torch.Tensor):
-                tensors[f"{key}.{name}"] = value.detach().cpu().contiguous()
+                tensors[f"{index}.{name}"] = value.detach().cpu().contiguous()
             else:
-                scalars.setdefault(str(key), {})[name] = value
+                scalars.setdefault(str(index), {})[name] = value
     save_file(tensors, str(path.with_suffix(".safetensors")))
     path.with_suffix(".json").write_text(json.dumps(
         {"param_groups": state["param_groups"], "scalars": scalars}), encoding="utf-8")
 
 
-def read_optimizer_state(path: Path) -> dict[str, Any]:
-    """The state dict written by :func:`save_optimizer_state`."""
+def load_optimizer(optimizer: torch.optim.Optimizer, path: Path) -> None:
     meta = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
     tensors = load_file(str(path.with_suffix(".safetensors")))
-    state: dict[int | str, dict[str, Any]] = {}
-    key_of = lambda text: int(text) if text.isdigit() else text  # noqa: E731
+    state: dict[int, dict[str, Any]] = {}
     for key, value in tensors.items():
-        owner, name = key.rsplit(".", 1)  # state names (exp_avg, step ...) have no dot
-        state.setdefault(key_of(owner), {})[name] = value
-    for owner, values in meta["scalars"].items():
-        state.setdefault(key_of(owner), {}).update(values)
-    return {"state": state, "param_groups": meta["param_groups"]}
-
-
-def load_optimizer(optimizer: torch.optim.Optimizer, path: Path) -> None:
-    optimizer.load_state_dict(read_optimizer_state(path))
+        index, name = key.split(".", 1)
+        state.setdefault(int(index), {})[name] = value
+    for index, values in meta["scalars"].items():
+        state.setdefault(int(index), {}).update(values)
+    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
 
 
 def rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -243,17 +232,6 @@ def save_model(model, path: Path) -> None:
     model.save_pretrained(str(path), safe_serialization=True)
 
 
-def read_weights(path: Path) -> dict[str, torch.Tensor]:
-    """Every tensor of a model folder's safetensors files."""
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(f"no safetensors weights in {path}")
-    state: dict[str, torch.Tensor] = {}
-    for file in files:
-        state.update(load_file(str(file)))
-    return state
-
-
 def load_trainable_weights(model, path: Path) -> None:
     """Load weights written by :func:`save_model` into an already built ``model`` in place."""
     if hasattr(model, "get_base_model"):
@@ -262,7 +240,12 @@ def load_trainable_weights(model, path: Path) -> None:
 
         set_peft_model_state_dict(model, load_peft_weights(str(path)))
         return
-    state = read_weights(path)
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no safetensors weights in {path}")
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        state.update(load_file(str(file)))
     try:
         missing, unexpected = model.load_state_dict(state, strict=False)
     except RuntimeError as error:  # a tensor of another shape: another model

@@ -244,28 +244,31 @@ class ShardedProcess(MultiProcess):
             target.copy_(source.full_tensor())
 
     @staticmethod
-    def full_state(module: torch.nn.Module, optimizer) -> tuple[dict, dict]:
-        """The whole, unsharded model state dict and optimizer state (keyed by parameter name)
-        in rank 0's CPU memory; empty on the other ranks (collective)."""
-        from torch.distributed.checkpoint.state_dict import (StateDictOptions,
-                                                             get_model_state_dict,
-                                                             get_optimizer_state_dict)
+    def save_sharded(module: torch.nn.Module, optimizer, folder) -> dict[str, torch.Tensor]:
+        """Every rank writes its shards of the weights and optimizer states to ``folder``
+        (``torch.distributed.checkpoint``; nothing is gathered); returns the whole weights in
+        rank 0's CPU memory (empty on the other ranks), for the consolidated model folder
+        (collective)."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                             get_state_dict)
 
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        return (get_model_state_dict(module, options=options),
-                get_optimizer_state_dict(module, optimizer, options=options))
+        model_state, optimizer_state = get_state_dict(module, optimizer)
+        dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(folder))
+        return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True,
+                                                                     cpu_offload=True))
 
     @staticmethod
-    def load_full_state(module: torch.nn.Module, optimizer, model_state: dict,
-                        optimizer_state: dict) -> None:
-        """Each rank takes its shards of a saved whole state (collective)."""
-        from torch.distributed.checkpoint.state_dict import (StateDictOptions,
-                                                             set_model_state_dict,
-                                                             set_optimizer_state_dict)
+    def load_sharded(module: torch.nn.Module, optimizer, folder) -> None:
+        """Each rank reads its shards from a :meth:`save_sharded` folder (collective)."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-        options = StateDictOptions(full_state_dict=True)
-        set_model_state_dict(module, model_state, options=options)
-        set_optimizer_state_dict(module, optimizer, optimizer_state, options=options)
+        model_state, optimizer_state = get_state_dict(module, optimizer)
+        state = {"model": model_state, "optimizer": optimizer_state}
+        dcp.load(state, checkpoint_id=str(folder))
+        set_state_dict(module, optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optimizer"])
 
 
 def setup(device: str | None, sharding: str = "ddp", mixed_precision: str = "no"

@@ -705,13 +705,12 @@ class PaWTrainer:
 
         world = self.world
         path.mkdir(parents=True, exist_ok=True)
-        if world.sharded:  # the whole weights and optimizer state, gathered on rank 0
-            model_state, optimizer_state = world.full_state(self.model, self.optimizer)
+        if world.sharded:  # each rank its shards; the whole weights gathered on rank 0
+            model_state = world.save_sharded(self.model, self.optimizer, path / "sharded")
         if world.is_main:  # (DDP: the ranks' weights and optimizer states are identical)
-            if world.sharded:
+            if world.sharded:  # a plain HF folder, for paw-gym eval and HFPolicy
                 self.model.save_pretrained(str(path / "model"), state_dict=model_state,
                                            safe_serialization=True)
-                ckpt.save_optimizer_state(optimizer_state, path / "optimizer")
             else:
                 ckpt.save_model(self.model, path / "model")
                 ckpt.save_optimizer(self.optimizer, path / "optimizer")
@@ -765,7 +764,11 @@ class PaWTrainer:
         state = ckpt.verify_checkpoint(path)
         ckpt.check_same_weights(path, state.get("config") or {}, self.config)
         if self.world.sharded:
-            self._load_full_state(path)
+            try:
+                self.world.load_sharded(self.model, self.optimizer, path / "sharded")
+            except Exception as error:  # noqa: BLE001  (DCP reports a damaged file in many ways)
+                raise ckpt.CheckpointError(f"{path / 'sharded'} is damaged or incomplete "
+                                           f"({type(error).__name__}: {str(error)[:200]})") from None
         else:
             ckpt.load_trainable_weights(self.model, path / "model")
             ckpt.load_optimizer(self.optimizer, path / "optimizer")
@@ -777,16 +780,6 @@ class PaWTrainer:
         self.step = int(state["step"])
         self.skipped_updates = int(state.get("skipped_updates", 0))
         self.resumed_from, self.resumed_config = path, state.get("config")
-
-    def _load_full_state(self, path: Path) -> None:
-        """FSDP: every rank reads the whole weights and optimizer state and keeps its shards."""
-        weights = ckpt.read_weights(path / "model")
-        tied = getattr(self.model.config, "tie_word_embeddings", False)
-        for name in self.model.state_dict():  # tied embeddings are saved once
-            if name not in weights and tied and name.endswith("lm_head.weight"):
-                weights[name] = weights[name.replace("lm_head", "model.embed_tokens")]
-        self.world.load_full_state(self.model, self.optimizer, weights,
-                                   ckpt.read_optimizer_state(path / "optimizer"))
 
     def _restore_rng(self, path: Path, state: dict[str, Any]) -> None:
         """This rank's RNG state as saved; a rank the checkpoint's run did not have (it ran
