@@ -77,12 +77,13 @@ def test_two_processes_match_one_process_on_the_same_rollouts(tiny_model_dir, on
     """Two updates of fixed, on-policy rollouts in 2 gloo processes (torchrun) and in 1: in
     float64 every gradient and parameter agrees to float summation order (~1e-12), for the
     group-relative RL + PaW with LoRA, GiGPO + PaW and PPO's critic with full fine-tuning, and
-    GRPO + PaW with a KL reference sharded by FSDP2 (``sharding: fsdp``)."""
+    GRPO with and without PaW (with a KL reference) sharded by FSDP2 (``sharding: fsdp``)."""
     variants = {"grpo+paw lora": dict(algo="grpo", lora=True, lr=1e-3, kl_coef=0.05),
                 "gigpo+paw full": dict(algo="gigpo", lora=False, lr=1e-4),
                 "ppo+paw full": dict(algo="ppo", lora=False, lr=1e-4),
                 "grpo+paw fsdp": dict(algo="grpo", lora=False, lr=1e-4, kl_coef=0.05,
-                                      sharding="fsdp")}
+                                      sharding="fsdp"),
+                "grpo fsdp": dict(algo="grpo", paw=False, lora=False, lr=1e-4, sharding="fsdp")}
     # The nano model's actions are all invalid: rewards are spread so advantages are not zero.
     report = exactness(str(tiny_model_dir), variants, updates=2, reward_spread=True,
                              dtype="float64", n_groups=3, group_size=2, max_new_tokens=12,
@@ -299,6 +300,7 @@ def test_fsdp_mixed_precision_trains_in_bfloat16_over_float32_weights(tiny_model
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text()
                .splitlines()]
     assert [r["optimizer_steps"] for r in records] == [1, 1]
+    assert all(0 < r["weight_sync_time"] < r["rollout_time"] for r in records)
     assert all(0 < r["rollout_logprob_gap"] < 0.02 for r in records)
     [weights] = (tmp_path / "run" / "checkpoints").glob("step-000002/model/*.safetensors")
     assert {str(t.dtype) for t in load_file(str(weights)).values()} == {"torch.float32"}

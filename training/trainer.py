@@ -129,6 +129,7 @@ class PaWTrainer:
             self.sampler.model = copy.deepcopy(self.model).requires_grad_(False).to(
                 self.world.compute_dtype or next(self.model.parameters()).dtype)
         self._sampler_step: int | None = None
+        self.weight_sync_time = 0.0  # seconds of the last refresh of the sampler (FSDP)
         # The training pass runs through this module: DDP-wrapped, or sharded with the model
         # (whose parameters FSDP replaces, so the optimizer takes them afterwards).
         self.scorer = self.world.prepare(PolicyScorer(self.model))
@@ -390,6 +391,8 @@ class PaWTrainer:
         rollout_time = world.reduce({"time": rollout_time}, "max")["time"]
         metrics.update(rollout_time=rollout_time, step_time=time.perf_counter() - start,
                        gen_tokens_per_s=generated / max(rollout_time, 1e-9))
+        if self.sampler is not None:  # included in rollout_time
+            metrics["weight_sync_time"] = world.reduce({"s": self.weight_sync_time}, "max")["s"]
         self.step += 1
         return metrics
 
@@ -413,7 +416,9 @@ class PaWTrainer:
         unsharded sampler gets the current weights (collective: every rank calls this)."""
         if self.sampler is not None:
             if self._sampler_step != self.step:
+                start = time.perf_counter()
                 self.world.copy_full_weights(self.model, self.sampler.model)
+                self.weight_sync_time = time.perf_counter() - start
                 self._sampler_step = self.step
             return self.sampler
         if self.vllm is None:
