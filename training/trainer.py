@@ -688,8 +688,9 @@ class PaWTrainer:
 
     # -- checkpoints --------------------------------------------------------------------------
     def save_checkpoint(self) -> Path:
-        """Rank 0 writes the weights, optimizers and state; every rank its RNG state. A failed
-        write (a full disk) is a ``CheckpointWriteError``, and the partial checkpoint goes."""
+        """Rank 0 writes the weights, optimizers and state (under FSDP every rank also writes
+        its shards); every rank its RNG state. A failed write (a full disk) is a
+        ``CheckpointWriteError``, and the partial checkpoint goes."""
         from safetensors import SafetensorError
 
         path = ckpt.checkpoint_dir(self.config.output_dir, self.step)
@@ -772,8 +773,9 @@ class PaWTrainer:
             try:
                 self.world.load_sharded(self.model, self.optimizer, path / "sharded")
             except Exception as error:  # noqa: BLE001  (DCP reports a damaged file in many ways)
+                reason = f"{type(error).__name__}: {str(error)[:200]}"
                 raise ckpt.CheckpointError(f"{path / 'sharded'} is damaged or incomplete "
-                                           f"({type(error).__name__}: {str(error)[:200]})") from None
+                                           f"({reason})") from None
         else:
             ckpt.load_trainable_weights(self.model, path / "model")
             ckpt.load_optimizer(self.optimizer, path / "optimizer")
