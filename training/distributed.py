@@ -239,8 +239,7 @@ class ShardedProcess(MultiProcess):
     def copy_full_weights(sharded: torch.nn.Module, full: torch.nn.Module) -> None:
         """Every parameter of ``sharded`` gathered, one at a time, into the unsharded model
         ``full`` of the same architecture (collective: every rank calls it)."""
-        for (name, source), (_, target) in zip(sharded.named_parameters(),
-                                               full.named_parameters(), strict=True):
+        for source, target in zip(sharded.parameters(), full.parameters(), strict=True):
             target.copy_(source.full_tensor())
 
     @staticmethod
