@@ -17,10 +17,11 @@ error while the others still run):
   rollout shape.
 * ``fsdp`` - FSDP2 (``torch.distributed.fsdp.fully_shard``) over every visible GPU (NCCL; on a
   CPU: 2 gloo processes), launched with torchrun: each decoder layer and the scorer sharded, the
-  ranks splitting the rows of one micro-batch. Checks the sharded gradients against one
-  unsharded process on the same rows (float32 on a GPU, float64 on a CPU), then times a
-  bfloat16 mixed-precision step of the 1.5B-architecture model (GPU only). This checks the
-  primitive the trainer's sharding will use; ``paw-gym train`` does not shard yet (issue 29).
+  ranks splitting the rows of one micro-batch (``training.distributed.shard_scorer``, which
+  ``sharding: fsdp`` uses). Checks the sharded gradients against one unsharded process on the
+  same rows (float32 on a GPU, float64 on a CPU), then times a bfloat16 mixed-precision step of
+  the 1.5B-architecture model (GPU only). The trainer around it (rollouts on the gathered copy,
+  equal pass counts, checkpoints) is not part of this check.
 
     bash scripts/gpu_check.sh                    # a CUDA machine: all parts, a few minutes
     python benchmarks/gpu_check.py --quick       # a CPU: the parts a CPU can run, cut down
@@ -260,26 +261,11 @@ def qwen_shapes(device: str, layers: int, row: dict, token_budget: int, generate
 
 # -- FSDP2 --------------------------------------------------------------------------------------
 
-def shard(scorer, mixed_precision: bool):
-    """FSDP2 over ``scorer`` (a :class:`training.objective.PolicyScorer`): each decoder layer
-    its own unit, the rest (embeddings, tied LM head, final norm) the root's."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-    from training.objective import split_causal_lm
-
-    policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-              if mixed_precision else MixedPrecisionPolicy())
-    decoder, _ = split_causal_lm(scorer.model)
-    for layer in decoder.layers:
-        fully_shard(layer, mp_policy=policy)
-    fully_shard(scorer, mp_policy=policy)
-    return scorer
-
-
 def fsdp_worker(out: Path, quick: bool) -> None:
     """One torchrun rank: the exactness check, then (GPU) the bf16 1.5B step."""
     import torch.distributed as dist
 
+    from training.distributed import shard_scorer
     from training.objective import PolicyScorer
 
     cuda = torch.cuda.is_available() and not quick
@@ -302,7 +288,7 @@ def fsdp_worker(out: Path, quick: bool) -> None:
                  else qwen_model_small(vocab, dtype))
     sharded = PolicyScorer(qwen_model_like(reference))
     expected_loss = objective_loss(reference, samples, list(range(len(samples))))
-    shard(sharded, mixed_precision=False)
+    shard_scorer(sharded)
     mine = list(range(rank, len(samples), world))
     # FSDP averages gradients over the ranks; each rank's loss is its rows' share of the sum.
     loss = objective_loss(sharded, samples, mine, scale=world)
@@ -325,7 +311,7 @@ def fsdp_worker(out: Path, quick: bool) -> None:
         model = qwen_model(QWEN25_1_5B["num_hidden_layers"], str(device), torch.float32)
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.train()
-        scorer = shard(PolicyScorer(model), mixed_precision=True)
+        scorer = shard_scorer(PolicyScorer(model), torch.bfloat16)
         optimizer = torch.optim.AdamW(scorer.parameters(), lr=1e-6)
         mine = list(range(rank, len(samples), world))
 

@@ -165,10 +165,10 @@ def train_and_evaluate(start: Path, output_dir: Path, seed: int = 0, updates: in
                        env: StudyEnv = SHELF, wm_transitions: Path | None = None,
                        mini_batch_size: int = 0, **overrides: Any) -> dict[str, Any]:
     """RL from ``start`` (8 tasks × 8 rollouts per update, full fine-tuning at lr 3e-4,
-    one optimizer step on the whole rollout unless ``mini_batch_size`` > 0), validated on every held-out task before the first update and at each quarter of
-    ``updates`` (with the world-model reading when ``wm_transitions`` is given). Returns
-    ``before`` / ``after`` held-out success (%), the validations and the per-update training
-    metrics.
+    one optimizer step on the whole rollout unless ``mini_batch_size`` > 0), validated on every
+    held-out task before the first update and at each quarter of ``updates`` (with the
+    world-model reading when ``wm_transitions`` is given). Returns ``before`` / ``after``
+    held-out success (%), the validations and the per-update training metrics.
 
     RLOO's advantages are raw leave-one-out returns, in reward units (up to ±R_max = 10), where
     GRPO's, GiGPO's and PPO's are normalised to about ±1; RLOO therefore gets lr 3e-4 / R_max

@@ -280,11 +280,12 @@ class TrainConfig:
         if not 0 < self.gigpo_similarity <= 1:
             raise bad("gigpo_similarity", "a number in (0, 1]")
         if self.sharding == "fsdp":
-            for name, value, why in (
-                    ("lora", False, "a LoRA run's trained weights are small: use sharding: ddp"),
-                    ("rollout_backend", "hf", "the full-weight sync into vLLM is not built yet"),
-                    ("algo", None, "PPO's critic is not sharded yet")):
-                wrong = (self.algo == "ppo") if name == "algo" else getattr(self, name) != value
+            for name, wrong, why in (
+                    ("lora", self.lora,
+                     "a LoRA run's trained weights are small: use sharding: ddp"),
+                    ("rollout_backend", self.rollout_backend != "hf",
+                     "the full-weight sync into vLLM is not built yet"),
+                    ("algo", self.algo == "ppo", "PPO's critic is not sharded yet")):
                 if wrong:
                     raise ValueError(f"sharding='fsdp' does not take {name}={getattr(self, name)!r}"
                                      f" ({why}); it trains all weights with algo grpo, gigpo or "

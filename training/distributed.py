@@ -186,6 +186,28 @@ class MultiProcess(SingleProcess):
         self.accelerator.wait_for_everyone()
 
 
+def shard_scorer(scorer: torch.nn.Module, compute_dtype: torch.dtype | None = None
+                 ) -> torch.nn.Module:
+    """FSDP2 over ``scorer`` (a ``training.objective.PolicyScorer``), in place: each decoder
+    layer is one unit, the root holds the embeddings, final norm and LM head. With a
+    ``compute_dtype``, the weights are gathered in it and gradients reduced in float32."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    from training.objective import split_causal_lm
+
+    # The scorer's inputs stay as they are: the rollout's log-probs in them are float32.
+    policy = (MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32,
+                                   cast_forward_inputs=False)
+              if compute_dtype else MixedPrecisionPolicy())
+    decoder, _ = split_causal_lm(scorer.model)
+    for layer in decoder.layers:
+        fully_shard(layer, mp_policy=policy)
+    fully_shard(scorer, mp_policy=policy)
+    # FSDP takes the first module whose forward runs as its root; make it the scorer now.
+    scorer._get_fsdp_state()._lazy_init()
+    return scorer
+
+
 class ShardedProcess(MultiProcess):
     """One rank of a launch with ``sharding: fsdp``: FSDP2 (``fully_shard``) instead of DDP.
 
@@ -201,24 +223,7 @@ class ShardedProcess(MultiProcess):
         self.compute_dtype = compute_dtype
 
     def prepare(self, module: torch.nn.Module) -> torch.nn.Module:
-        """Shard ``module`` (a ``training.objective.PolicyScorer``) in place: each decoder
-        layer is one FSDP unit, the root holds the embeddings, final norm and LM head. With a
-        ``compute_dtype``, FSDP gathers the weights in it and reduces gradients in float32."""
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-        from training.objective import split_causal_lm
-
-        # The scorer's inputs stay as they are: the rollout's log-probs in them are float32.
-        policy = (MixedPrecisionPolicy(param_dtype=self.compute_dtype,
-                                       reduce_dtype=torch.float32, cast_forward_inputs=False)
-                  if self.compute_dtype else MixedPrecisionPolicy())
-        decoder, _ = split_causal_lm(module.model)
-        for layer in decoder.layers:
-            fully_shard(layer, mp_policy=policy)
-        fully_shard(module, mp_policy=policy)
-        # FSDP takes the first module whose forward runs as its root; make it the scorer now.
-        module._get_fsdp_state()._lazy_init()
-        return module
+        return shard_scorer(module, self.compute_dtype)
 
     def no_sync(self, module: torch.nn.Module, sync: bool):
         """Reduce-scatter the accumulated gradients only in the last backward of a step."""

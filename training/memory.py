@@ -28,7 +28,7 @@ read from the code; ``benchmarks/README.md`` compares the estimate with measured
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 GiB = 2**30
@@ -131,7 +131,7 @@ def check_fits(config, processes: int, device_bytes: float | None) -> MemoryEsti
     if device_bytes is not None and found.total > device_bytes:
         advice = []
         if not config.lora:
-            eight = estimate(_with(config, sharding="fsdp"), shape, 8).total
+            eight = estimate(replace(config, sharding="fsdp"), shape, 8).total
             advice += ["lora: true", f"sharding: fsdp over more GPUs (8 GPUs: {eight / GiB:.1f} "
                        f"GiB per process)"]
         if not config.gradient_checkpointing:
@@ -141,8 +141,3 @@ def check_fits(config, processes: int, device_bytes: float | None) -> MemoryEsti
                          f"{found.line()}; change: {'; '.join(advice)}")
     return found
 
-
-def _with(config, **changes):
-    from dataclasses import replace
-
-    return replace(config, **changes)

@@ -109,7 +109,7 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
 
     path = Path(path)
     metrics = run_folder(path) / "metrics.jsonl" if path.is_dir() else path
-    label = label or (path.resolve().name if path.is_dir() else None)
+    label = label or (path if path.is_dir() else path.parent).resolve().name
     if not metrics.is_file():
         raise FileNotFoundError(f"{str(path)!r} has no metrics.jsonl: give a run folder written "
                                 "by `paw-gym train` or `paw-gym demo`, or a metrics.jsonl file")
@@ -119,7 +119,7 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
             if config_path.is_file() else {}
     except yaml.YAMLError as error:
         raise ValueError(f"{str(config_path)!r} is not valid YAML: {error}") from None
-    return Run(label or metrics.parent.resolve().name, tuple(read_metrics(metrics)),
+    return Run(label, tuple(read_metrics(metrics)),
                config if isinstance(config, dict) else {})
 
 

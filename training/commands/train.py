@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 from dataclasses import dataclass, field
 
 
@@ -57,11 +55,12 @@ def run(args) -> int:
     from training.trainer import PaWTrainer
 
     try:
-        history = PaWTrainer(config).train(resume=resume)
+        trainer = PaWTrainer(config)
+        history = trainer.train(resume=resume)
     except (FileNotFoundError, CheckpointError, CheckpointMismatch, CheckpointWriteError) as error:
         raise UserError(str(error)) from error
     shutdown()
-    if history and int(os.environ.get("RANK", "0")) == 0:  # once per launch
+    if history and trainer.world.is_main:  # once per launch
         last = history[-1]
         print(f"step {last['step']}: reward {last['reward']:.3f}, success {last['success']:.3f}; "
               f"metrics and curves in {config.output_dir}")
