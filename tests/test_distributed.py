@@ -304,3 +304,25 @@ def test_fsdp_mixed_precision_trains_in_bfloat16_over_float32_weights(tiny_model
     assert all(0 < r["rollout_logprob_gap"] < 0.02 for r in records)
     [weights] = (tmp_path / "run" / "checkpoints").glob("step-000002/model/*.safetensors")
     assert {str(t.dtype) for t in load_file(str(weights)).values()} == {"torch.float32"}
+
+
+def test_fsdp_in_one_process_without_a_launcher_is_the_sharded_path(tiny_model_dir, tmp_path):
+    """``sharding: fsdp`` in a plain process is a world of one, not a silent fallback: its
+    mixed precision computes in bfloat16 (the rollout and training log-probs differ by its
+    rounding) and its checkpoint holds the rank's shards besides the HF export."""
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(dict(
+        model=str(tiny_model_dir), env_id="PaW/Shelf-v0", n_groups=2, group_size=2,
+        max_new_tokens=10, max_episode_steps=2, total_steps=1, lora=False, lr=1e-4,
+        dtype="float32", sharding="fsdp", mixed_precision="bf16", device="cpu",
+        progress=False, algo="grpo")))
+    done = _launch([sys.executable, "-m", "training.cli", "train", "--config", str(config),
+                    "--output_dir", str(tmp_path / "run")], tmp_path)
+    assert done.returncode == 0, done.stderr[-4000:]
+    [record] = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text()
+                .splitlines()]
+    assert 0 < record["rollout_logprob_gap"] < 0.02 and record["weight_sync_time"] > 0
+    checkpoint = tmp_path / "run" / "checkpoints" / "step-000001"
+    assert sorted(p.name for p in (checkpoint / "sharded").iterdir()) == [".metadata",
+                                                                         "__0_0.distcp"]
+    assert list((checkpoint / "model").glob("*.safetensors"))

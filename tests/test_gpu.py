@@ -3,7 +3,14 @@ then ``benchmarks/gpu_check.py``'s measurements."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+import yaml
 
 torch = pytest.importorskip("torch")
 
@@ -80,3 +87,51 @@ def test_a_config_larger_than_the_gpu_is_refused_before_loading(tmp_path):
                                          r"change: lora: true; sharding: fsdp over more GPUs"):
         PaWTrainer(config)
     assert torch.cuda.memory_allocated() == allocated  # nothing was loaded
+
+
+def test_fsdp_training_on_every_gpu_saves_resumes_and_exports(tmp_path):
+    """``paw-gym train`` with ``sharding: fsdp`` and bf16 mixed precision under torchrun, one
+    process per visible GPU (NCCL): two GRPO + PaW updates with a KL reference, a sharded
+    checkpoint per update (torch.distributed.checkpoint) plus rank 0's HF export, a resume to a
+    third update, and the exported float32 model loads and plays a validation episode."""
+    from agents.tiny_model import build_tiny_model
+
+    processes = torch.cuda.device_count()
+    model = build_tiny_model(gpu_check.tiny_texts(), tmp_path / "nano", size="nano")
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(dict(
+        model=str(model), env_id="PaW/Shelf-v0", algo="grpo", paw=True, lora=False, lr=1e-4,
+        kl_coef=0.05, n_groups=2 * processes, group_size=4, max_new_tokens=24,
+        max_episode_steps=4, total_steps=2, save_every=1, device="cuda", dtype="float32",
+        sharding="fsdp", mixed_precision="bf16", progress=False, seed=0)))
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(repo), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                f"--nproc_per_node={processes}", "-m", "training.cli", "train",
+                "--config", str(config), "--output_dir", str(tmp_path / "run")]
+    first = subprocess.run(torchrun, env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-4000:]
+    resumed = subprocess.run([*torchrun, "--resume", "--total_steps", "3"], env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert "resuming" in resumed.stderr
+    records = [json.loads(line) for line in
+               (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3]
+    assert all(0 < r["weight_sync_time"] < r["rollout_time"] for r in records)
+    assert all(r["wm_selected"] > 0 and r["rollout_logprob_gap"] < 0.05 for r in records)
+    checkpoint = tmp_path / "run" / "checkpoints" / "step-000003"
+    shards = sorted(p.name for p in (checkpoint / "sharded").iterdir())
+    assert shards == [".metadata", *[f"__{rank}_0.distcp" for rank in range(processes)]]
+
+    from transformers import AutoModelForCausalLM
+
+    exported = AutoModelForCausalLM.from_pretrained(checkpoint / "model")
+    assert all(p.dtype == torch.float32 and torch.isfinite(p).all()
+               for p in exported.parameters())
+    played = subprocess.run([sys.executable, "-m", "training.cli", "eval", "--checkpoint",
+                             str(tmp_path / "run"), "--limit", "2", "--device", "cuda",
+                             "--out", str(tmp_path / "eval")],
+                            env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert played.returncode == 0, played.stderr[-4000:]

@@ -59,9 +59,10 @@ class TrainConfig:
     process a full copy of the weights, gradients and optimizer states) or ``fsdp`` (FSDP2,
     ``fully_shard`` per decoder layer: each process holds 1/N of them, plus an unsharded copy
     of the weights that samples the rollouts; full fine-tuning with GRPO, GiGPO or RLOO and
-    ``rollout_backend: hf``). One process holds everything either way."""
+    ``rollout_backend: hf``). ``fsdp`` in one process is a world of one: the same sharded
+    path (mixed precision, sharded checkpoints), holding everything."""
     mixed_precision: Literal["no", "bf16"] = "no"
-    """``bf16`` with ``sharding: fsdp`` over several processes: forward and backward in
+    """``bf16`` with ``sharding: fsdp`` (any number of processes): forward and backward in
     bfloat16 over the float32 weights of ``dtype: float32`` (gradients reduced in float32; the
     sampler and KL reference copies in bfloat16). ``no``: everything in ``dtype``."""
     rollout_backend: Literal["hf", "vllm"] = "hf"

@@ -215,7 +215,8 @@ class ShardedProcess(MultiProcess):
     torchrun); the sharding itself calls ``fully_shard``, so the same code runs on GPUs (NCCL)
     and on CPUs (gloo), where accelerate does not select FSDP."""
 
-    ACCEPTED = ("MULTI_CPU", "MULTI_GPU", "FSDP")
+    #: NO: a world of one that :func:`setup` made itself (no launcher).
+    ACCEPTED = ("MULTI_CPU", "MULTI_GPU", "FSDP", "NO")
     sharded = True
 
     def __init__(self, cpu: bool, compute_dtype: torch.dtype | None = None):
@@ -277,20 +278,31 @@ class ShardedProcess(MultiProcess):
 
 def setup(device: str | None, sharding: str = "ddp", mixed_precision: str = "no"
           ) -> SingleProcess:
-    """The world this process runs in: :class:`MultiProcess` (``sharding`` ``ddp``) or
-    :class:`ShardedProcess` (``fsdp``, computing in bfloat16 with ``mixed_precision``
-    ``bf16``) under a launcher with more than one process, else :class:`SingleProcess`.
+    """The world this process runs in: :class:`MultiProcess` (``sharding`` ``ddp``) under a
+    launcher with more than one process, :class:`ShardedProcess` (``fsdp``, computing in
+    bfloat16 with ``mixed_precision`` ``bf16``) with any number of processes (one without a
+    launcher included), else :class:`SingleProcess`.
     ``device`` is ``TrainConfig.device``."""
+    cpu = device == "cpu" or (device is None and not torch.cuda.is_available())
+    compute_dtype = torch.bfloat16 if mixed_precision == "bf16" else None
+    if sharding == "fsdp" and launched_world_size() <= 1:
+        # A world of one: the same sharded path (mixed precision, sharded checkpoints) as a
+        # launch, so a config behaves the same with 1 GPU and with 8.
+        if not torch.distributed.is_initialized():
+            if device is not None and device.startswith("cuda:"):
+                torch.cuda.set_device(torch.device(device))
+            torch.distributed.init_process_group("gloo" if cpu else "nccl", rank=0,
+                                                 world_size=1,
+                                                 store=torch.distributed.HashStore())
+        return ShardedProcess(cpu=cpu, compute_dtype=compute_dtype)
     if launched_world_size() <= 1:
         return SingleProcess()
     if device is not None and device.startswith("cuda:"):
         raise ValueError(f"device={device!r} would put every process on one GPU; with "
                          f"{launched_world_size()} processes leave device unset or set it to "
                          f"'cuda' (each process takes its LOCAL_RANK's GPU) or 'cpu'")
-    cpu = device == "cpu" or (device is None and not torch.cuda.is_available())
     if sharding == "fsdp":
-        return ShardedProcess(cpu=cpu, compute_dtype=torch.bfloat16
-                              if mixed_precision == "bf16" else None)
+        return ShardedProcess(cpu=cpu, compute_dtype=compute_dtype)
     return MultiProcess(cpu=cpu)
 
 
