@@ -33,12 +33,20 @@ EXTRAS = {
     # logprobs_mode="processed_logprobs"; on CPU use `python -m agents.vllm_venv`.)
     "vllm": ["vllm>=0.11"],
     "parquet": ["pyarrow>=14"],
+    # paw_gym.remote (paw-gym serve-env, PaW/Remote-v0): the versions its tests ran with;
+    # websockets 17 needs Python >= 3.11, 16.1.1 is the newest for 3.10 (tests pass on both).
+    "remote": ['websockets==17.4; python_version >= "3.11"',
+               'websockets==16.1.1; python_version < "3.11"'],
+    # paw_gym.integrations.trl: PaW in TRL's GRPOTrainer (the version its tests ran with).
+    "trl": ["trl==1.16.0", "datasets>=2.19"],
     # TensorBoard / Weights & Biases logging (TrainConfig.tensorboard / .wandb).
     "logging": ["tensorboard>=2.15", "wandb>=0.17"],
-    "dev": ["pytest>=8", "pytest-timeout>=2.2", "hypothesis>=6.100", "pyarrow>=14", "datasets>=2.19"],
+    # openenv: OpenEnv's own client, which tests/test_serve_env.py runs against serve-env.
+    "dev": ["pytest>=8", "pytest-timeout>=2.2", "hypothesis>=6.100", "pyarrow>=14", "datasets>=2.19",
+            "openenv==0.10.0"],
 }
 EXTRAS["all"] = sorted({dep for name in ("webshop", "alfworld", "search", "train", "parquet",
-                                          "logging")
+                                          "logging", "remote", "trl")
                         for dep in EXTRAS[name]})
 
 setup(

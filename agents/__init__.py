@@ -13,11 +13,13 @@ from agents.envs import make_agent_env
 from agents.hf_policy import DEFAULT_STOP, HFPolicy
 from agents.prompting import ReActAgent, ReflexionAgent, expert_examples
 from agents.rollout import rollout
+from agents.transcript import TranscriptAgent
 from agents.types import PolicyOutput, Trajectory, Transition
 from agents.vllm_policy import VLLMPolicy  # vllm itself is imported only when one is built
 
 __all__ = [
     "Agent", "DEFAULT_STOP", "ExpertAgent", "HFPolicy", "PolicyAgent", "PolicyOutput",
-    "RandomAgent", "ReActAgent", "ReflexionAgent", "Sampling", "Trajectory", "Transition",
+    "RandomAgent", "ReActAgent", "ReflexionAgent", "Sampling", "Trajectory",
+    "TranscriptAgent", "Transition",
     "VLLMPolicy", "expert_examples", "make_agent_env", "rollout",
 ]

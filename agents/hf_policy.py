@@ -284,14 +284,37 @@ class HFPolicy:
         """
         check_sampling_args(temperature, max_new_tokens)
         encoded = self.chat.encode_batch(prompts, max_new_tokens)
-        if not prompts:
+        return self._sample(encoded, temperature, max_new_tokens, stop, seed)
+
+    def act_ids(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        temperature: float = 1.0,
+        max_new_tokens: int = 256,
+        stop: Sequence[str] | None = DEFAULT_STOP,
+        seed: int | None = None,
+    ) -> list[PolicyOutput]:
+        """:meth:`act` on prompts given as token ids, used as they are (no chat template, no
+        truncation): a multi-turn transcript whose earlier responses must keep the exact ids
+        the model generated (:class:`agents.transcript.TranscriptAgent`)."""
+        check_sampling_args(temperature, max_new_tokens)
+        if any(not ids for ids in prompt_ids):
+            raise ValueError("act_ids needs at least one prompt token per prompt")
+        return self._sample([(list(ids), False) for ids in prompt_ids], temperature,
+                            max_new_tokens, stop, seed)
+
+    def _sample(self, encoded: list[tuple[list[int], bool]], temperature: float,
+                max_new_tokens: int, stop: Sequence[str] | None, seed: int | None
+                ) -> list[PolicyOutput]:
+        """One response per ``(prompt ids, was cut)`` pair."""
+        if not encoded:
             return []
         if seed is None:
             seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self._rng))
         generator = torch.Generator(device=self.device).manual_seed(seed)
-        order = sorted(range(len(prompts)), key=lambda i: len(encoded[i][0]))
-        chunk = self.max_batch_size or len(prompts)
-        outputs: list[PolicyOutput | None] = [None] * len(prompts)
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))
+        chunk = self.max_batch_size or len(encoded)
+        outputs: list[PolicyOutput | None] = [None] * len(encoded)
         was_training = self.model.training
         self.model.eval()
         try:

@@ -117,9 +117,10 @@ MILESTONES = 4
 
 
 def build_start(root: Path, epsilon: float = 0.5, steps: int = 500, seed: int = 0,
-                env: StudyEnv = SHELF) -> Path:
+                env: StudyEnv = SHELF, rows: str = "transition") -> Path:
     """A nano model that reads its prompt: a tokenizer trained on, and next-token pretraining
-    over, 1000 noisy-expert episodes (train split). Built once per folder."""
+    over, 1000 noisy-expert episodes (train split), one row per transition (or per episode
+    transcript: ``rows="episode"``, the form TRL trains). Built once per folder."""
     from agents.tiny_model import build_tiny_model
     from training.pretrain import PretrainConfig, run_pretrain
     from training.sft import record_expert_demos
@@ -134,7 +135,7 @@ def build_start(root: Path, epsilon: float = 0.5, steps: int = 500, seed: int = 
     tiny = build_tiny_model(texts, root / "init", size="nano", seed=seed)
     run_pretrain(PretrainConfig(model=str(tiny), replay=str(demos), output_dir=str(model),
                                 steps=steps, lr=1e-3, batch_size=16, seed=seed, device="cpu",
-                                progress=False))
+                                rows=rows, progress=False))
     return model
 
 

@@ -62,6 +62,12 @@ BUILTIN_ENVS: list[EnvSpec] = [
             description="any Gymnasium env with discrete actions as text: gym.make('PaW/Text-v0', env_id=...)"),
 ]
 
+#: The client of an env served by ``paw-gym serve-env``: ``gym.make(REMOTE_ENV_ID, url=...)``.
+#: Registered with the built-ins but not listed among the text envs (``paw-gym envs``, the
+#: envs other commands offer): it is no env of its own, it steps the served one; the step limit
+#: is the served env's, applied by the server.
+REMOTE_ENV_ID = "PaW/Remote-v0"
+
 #: id -> one-line description, for every env registered through this module.
 DESCRIPTIONS: dict[str, str] = {}
 
@@ -112,11 +118,14 @@ def _describe(entry_point: str | Callable[..., Any]) -> str:
 
 
 def register_builtin_envs() -> None:
-    """Register :data:`BUILTIN_ENVS` (idempotent)."""
+    """Register :data:`BUILTIN_ENVS` and :data:`REMOTE_ENV_ID` (idempotent)."""
     for spec in BUILTIN_ENVS:
         if spec.id not in gym.registry:
             register_text_env(spec.id, spec.entry_point, description=spec.description,
                               max_episode_steps=spec.max_episode_steps, **spec.kwargs)
+    if REMOTE_ENV_ID not in gym.registry:
+        gym.register(id=REMOTE_ENV_ID, entry_point="paw_gym.remote.client:RemoteEnv",
+                     disable_env_checker=True)
 
 
 def list_text_envs() -> dict[str, str]:

@@ -61,3 +61,31 @@ def test_agents_example_runs(tiny_model_dir, capsys, one_torch_thread):
     out = capsys.readouterr()
     assert out.out.splitlines()[-1].startswith("all ")
     assert "rollout: 8/8 episode" in out.err  # progress over the episodes, to the last
+
+
+def test_trl_example_trains_the_tiny_model_with_paw(tiny_model_dir, tmp_path, monkeypatch,
+                                                    one_torch_thread):
+    """The README's TRL example, with the tiny model for the hub name: two GRPO + PaW steps
+    through TRL whose log (TRL's default: at the end) carries the WM term and the env's
+    success."""
+    import pytest
+
+    pytest.importorskip("trl")
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    monkeypatch.chdir(tmp_path)
+    code = python_block_after("<!-- trl-example").replace('"Qwen/Qwen2.5-0.5B-Instruct"',
+                                                          repr(str(tiny_model_dir)))
+    assert len(code.strip().splitlines()) <= 8
+    namespace = {"__name__": "readme_example"}
+    exec(compile(code, "README.md", "exec"), namespace)
+    trainer = namespace["trainer"]
+    assert trainer.state.global_step == 2
+    logged = [h for h in trainer.state.log_history if "paw/wm_loss" in h]
+    assert logged and all(h["paw/wm_loss"] > 0 and "env/success" in h for h in logged)
+
+
+def test_remote_env_example_runs(capsys):
+    code = python_block_after("<!-- remote-env-example")
+    assert len(code.strip().splitlines()) <= 5
+    exec(compile(code, "README.md", "exec"), {"__name__": "readme_example"})
+    assert "Task: buy the" in capsys.readouterr().out

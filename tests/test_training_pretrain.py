@@ -10,8 +10,8 @@ torch = pytest.importorskip("torch")
 
 from agents.hf_policy import HFPolicy  # noqa: E402
 from training.pretrain import (PretrainConfig, cached_build,  # noqa: E402
-                               next_observation_accuracy, reading_probe, run_pretrain,
-                               transcript_parts)
+                               episode_transcripts, next_observation_accuracy, reading_probe,
+                               run_pretrain, transcript_parts)
 from training.sft import record_expert_demos  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -35,6 +35,35 @@ def test_rows_are_prompt_action_next_turn_and_next_observation(tiny_model_dir, d
     encode = lambda text: policy.tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa
     assert rows[0].ids == prompt + encode(first["a"]) + \
         encode("<|im_end|>\n<|im_start|>user\n") + encode(first["o_next"])
+
+
+def test_episode_rows_are_the_transcripts_a_transcript_agent_plays(tiny_model_dir, demos):
+    """rows='episode': one row per episode, chat(h_1) ⊕ a_1 ⊕ s ⊕ h_2 ⊕ g ⊕ a_2 … ⊕ s ⊕ o_{T+1}
+    (s: the template's turn separator; g: its generation prompt)."""
+    from wrappers import WMReplay
+
+    policy = HFPolicy(str(tiny_model_dir), device="cpu")
+    rows = episode_transcripts(policy, demos, max_seq_len=4096)
+    records = [r for r in WMReplay.load(demos) if r["a"]]
+    episodes = list(dict.fromkeys(r["episode_id"] for r in records))  # rows: in replay order
+    assert len(rows) == len(episodes)
+    first = sorted((r for r in records if r["episode_id"] == episodes[0]), key=lambda r: r["step"])
+    encode = lambda text: policy.tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa
+    expected, _ = policy.encode_prompt(first[0]["h"], max_new_tokens=1)
+    turn, generation = encode("<|im_end|>\n<|im_start|>user\n"), \
+        encode("<|im_end|>\n<|im_start|>assistant\n")
+    for step, record in enumerate(first):
+        expected = expected + encode(record["a"])
+        if step + 1 < len(first):  # o_{t+1} tokenised on its own inside the next prompt
+            h, o = first[step + 1]["h"], record["o_next"]
+            at = h.index(o)
+            expected += turn + encode(h[:at]) + encode(o) + encode(h[at + len(o):]) + generation
+    expected += turn + encode(first[-1]["o_next"])
+    assert rows[episodes.index(first[0]["episode_id"])] == expected
+    assert max(map(len, episode_transcripts(policy, demos, max_seq_len=50))) == 50
+    with pytest.raises(ValueError, match="rows='episode'"):
+        run_pretrain(PretrainConfig(model=str(tiny_model_dir), replay=str(demos),
+                                    rows="episode", wm_context="end_of_turn"))
 
 
 def test_pretraining_lowers_the_loss_and_saves_a_loadable_model(tiny_model_dir, demos, tmp_path):

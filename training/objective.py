@@ -275,21 +275,30 @@ def objective_weights(samples: list[Sample], selected: torch.Tensor,
     n_groups = len(groups)
     tokens = {g: 0 for g in groups}
     rows = {g: 0 for g in groups}
-    picked = {g: 0 for g in groups}
-    for i, s in enumerate(samples):
+    for s in samples:
         tokens[s.group] += s.action_len
         rows[s.group] += 1
-        picked[s.group] += int(bool(selected[i]))
     w_rl = torch.zeros(len(samples))
-    w_wm = torch.zeros(len(samples))
     for i, s in enumerate(samples):
         if settings.rl_agg == "token":
             w_rl[i] = 1.0 / (n_groups * tokens[s.group])
         else:
             w_rl[i] = 1.0 / (n_groups * rows[s.group] * s.action_len)
-        if settings.paw and selected[i]:
-            w_wm[i] = group_lambda[s.group] / (n_groups * picked[s.group])
+    w_wm = (wm_weights([s.group for s in samples], selected, group_lambda) if settings.paw
+            else torch.zeros(len(samples)))
     return w_rl, w_wm
+
+
+def wm_weights(groups: list[int], selected: torch.Tensor, group_lambda: dict[int, float]
+               ) -> torch.Tensor:
+    """``w_wm`` of :func:`objective_weights`: λ_g / (G · |S_g|) for each selected transition
+    (``groups[i]``: its group; G: the number of distinct groups), 0 for the others."""
+    n_groups = len(set(groups))
+    picked: dict[int, int] = {}
+    for group, chosen in zip(groups, selected):
+        picked[group] = picked.get(group, 0) + int(bool(chosen))
+    return torch.tensor([group_lambda[g] / (n_groups * picked[g]) if chosen else 0.0
+                         for g, chosen in zip(groups, selected)])
 
 
 def micro_batch_loss(model, batch: MicroBatch, w_rl: torch.Tensor, w_wm: torch.Tensor,

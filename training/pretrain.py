@@ -31,7 +31,7 @@ import random
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 from training.serialization import Serialized, WMContext
 
@@ -58,6 +58,11 @@ class PretrainConfig:
     """Where o_next follows the action in the transcripts (``training.serialization``; the
     same as the PaW term's ``wm_context``, so the base learns the world in the form PaW
     trains)."""
+    rows: Literal["transition", "episode"] = "transition"
+    """``transition``: one row per transition, chat(h) ⊕ a ⊕ s ⊕ o_next; ``episode``: one row
+    per episode, its whole chat transcript as :class:`agents.TranscriptAgent` plays it (for
+    trainers that train on transcripts, e.g. :mod:`paw_gym.integrations.trl`; needs
+    ``wm_context: next_turn``, rows longer than ``max_seq_len`` keep their beginning)."""
     seed: int = 0
     """Shuffling seed."""
     device: str | None = None
@@ -82,6 +87,31 @@ def transcript_parts(policy, transitions, max_seq_len: int,
             for record in records if record.get("a")]
     if not rows:
         raise ValueError(f"{_describe(transitions)} has no transition with an action")
+    return rows
+
+
+def episode_transcripts(policy, replay, max_seq_len: int) -> list[list[int]]:
+    """Each episode of a WMReplay directory (records ``h``, ``a``, ``o_next``, grouped by
+    ``episode_id`` in ``step`` order) as the transcript ids a TranscriptAgent would have
+    played: chat(h_1) ⊕ a_1 ⊕ turn(h_2) ⊕ … ⊕ s ⊕ o_{T+1} (:mod:`agents.transcript`), cut to
+    ``max_seq_len`` tokens from the end."""
+    from agents.transcript import TurnFormat
+    from wrappers import WMReplay
+
+    turns = TurnFormat(policy.tokenizer, policy.eos_ids)
+    episodes: dict[str, list[dict]] = {}
+    for record in WMReplay.load(replay):
+        if record.get("a"):
+            episodes.setdefault(str(record["episode_id"]), []).append(record)
+    rows = []
+    for records in episodes.values():
+        records.sort(key=lambda r: int(r["step"]))
+        first, _ = policy.encode_prompt(str(records[0]["h"]), max_new_tokens=1)
+        sequence, _ = turns.assemble(first, [(str(r["h"]), turns.encode(str(r["a"])), [],
+                                              str(r.get("o_next") or "")) for r in records])
+        rows.append((sequence.prompt_ids + sequence.completion_ids)[:max_seq_len])
+    if not rows:
+        raise ValueError(f"{_describe(replay)} has no transition with an action")
     return rows
 
 
@@ -134,11 +164,19 @@ def run_pretrain(config: PretrainConfig) -> tuple[Path, list[dict[str, Any]]]:
     if config.steps < 1 or config.batch_size < 1:
         raise ValueError(f"steps ({config.steps}) and batch_size ({config.batch_size}) must be "
                          f">= 1")
+    if config.rows not in ("transition", "episode"):
+        raise ValueError(f"rows={config.rows!r} is invalid; expected transition | episode")
+    if config.rows == "episode" and config.wm_context != "next_turn":
+        raise ValueError(f"rows='episode' writes environment turns as the next chat turn; "
+                         f"wm_context={config.wm_context!r} needs rows='transition'")
     torch.manual_seed(config.seed)
     policy = HFPolicy(config.model, device=config.device, dtype="auto", seed=config.seed)
     model = policy.model.eval()  # no dropout (the tiny models have none)
-    rows = [row.ids for row in transcript_parts(policy, config.replay, config.max_seq_len,
-                                                 config.wm_context)]
+    if config.rows == "episode":
+        rows = episode_transcripts(policy, config.replay, config.max_seq_len)
+    else:
+        rows = [row.ids for row in transcript_parts(policy, config.replay, config.max_seq_len,
+                                                     config.wm_context)]
     device = next(model.parameters()).device
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
     rng = random.Random(config.seed)

@@ -98,8 +98,18 @@ def group_lambdas(trajectories: list[Trajectory], config: TrainConfig) -> dict[i
     ``adaptive_coef``."""
     group_returns: dict[int, list[float]] = {}
     for t in trajectories:
-        value = t.task_return if config.lambda_return == "task" else t.total_reward
-        group_returns.setdefault(t.group_index, []).append(value)
+        group_returns.setdefault(t.group_index, []).append(lambda_return(t, config))
+    return lambdas_of_returns(group_returns, config)
+
+
+def lambda_return(trajectory: Trajectory, config) -> float:
+    """The episode return that λ_g averages (``config.lambda_return``)."""
+    return trajectory.task_return if config.lambda_return == "task" else trajectory.total_reward
+
+
+def lambdas_of_returns(group_returns: dict[int, list[float]], config) -> dict[int, float]:
+    """λ_g from each group's :func:`lambda_return` values (``config``: ``adaptive_coef``,
+    ``r_max``, ``lambda_clamp``)."""
     return {g: (adaptive_wm_coef(sum(r) / len(r), config.r_max, config.lambda_clamp)
                 if config.adaptive_coef else 1.0) for g, r in group_returns.items()}
 

@@ -1,0 +1,158 @@
+"""TRL integration (paw_gym.integrations.trl) and the transcript agent it plays episodes with:
+real TRL GRPOTrainer, real env, the tiny model."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("trl")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL
+
+from agents import HFPolicy, TranscriptAgent, rollout  # noqa: E402
+from agents.transcript import TRANSCRIPT_TEMPLATE  # noqa: E402
+from paw_gym.integrations.trl import (EnvRollout, PaWGRPOConfig, PaWGRPOTrainer,  # noqa: E402
+                                      task_dataset, task_seed, transcript_wm_loss)
+
+SHELF = dict(template=TRANSCRIPT_TEMPLATE, history_length=0, split="train")
+
+
+def test_a_transcript_agent_acts_on_its_own_ids_and_the_transcript_holds_every_observation(
+        tiny_model_dir, one_torch_thread):
+    """Each step is sampled from the previous context plus the generated ids plus the env's
+    turn; the rebuilt transcript marks generated tokens, and o_{t+1} (the final one included)
+    sits at its span, tokenised on its own right after the chat template's turn separator."""
+    policy = HFPolicy(tiny_model_dir, device="cpu")
+    agent = TranscriptAgent(policy)
+    episodes = rollout(agent, "PaW/Shelf-v0", 2, 2, max_new_tokens=12, max_steps=3, seed=3,
+                       **SHELF)
+    separator = agent.turns.serializer.separator
+    assert policy.tokenizer.decode(separator) == "<|im_end|>\n<|im_start|>user\n"
+    for episode in episodes:
+        row = agent.turns.episode(episode)  # raises unless each step saw its transcript
+        steps = episode.transitions
+        assert len(row.obs_spans) == len(steps)
+        assert sum(row.action_mask) == sum(len(s.output.response_ids) for s in steps)
+        assert [p for p, m in zip(row.logprobs, row.action_mask) if m] == pytest.approx(
+            [p for s in steps for p in s.output.logprobs])
+        for step, (start, length) in zip(steps, row.obs_spans):
+            assert row.completion_ids[start:start + length] == policy.tokenizer(
+                step.next_observation, add_special_tokens=False)["input_ids"]
+            assert row.action_mask[start:start + length] == [0] * length
+        assert row.completion_ids[-row.obs_spans[-1][1]:] == row.completion_ids[
+            row.obs_spans[-1][0]:]  # the final observation closes the transcript
+        for t in range(1, len(steps)):
+            context = steps[t].output.prompt_ids
+            previous = steps[t - 1].output
+            assert context[:len(previous.prompt_ids) + len(previous.response_ids)] == \
+                previous.prompt_ids + previous.response_ids
+
+
+def test_a_trajectory_not_played_from_its_transcript_is_refused(tiny_model_dir,
+                                                                one_torch_thread):
+    policy = HFPolicy(tiny_model_dir, device="cpu")
+    [episode] = rollout(policy, "PaW/Shelf-v0", 1, 1, max_new_tokens=12, max_steps=2, seed=0,
+                        **SHELF)
+    if len(episode.transitions) < 2:
+        pytest.skip("the episode ended after one step")
+    with pytest.raises(ValueError, match="not sampled from its transcript"):
+        TranscriptAgent(policy).turns.episode(episode)
+
+
+def _trainer(model, tmp_path, **settings) -> PaWGRPOTrainer:
+    env = EnvRollout("PaW/Shelf-v0", max_steps=3, max_new_tokens=12,
+                     env_kwargs={"split": "train"})
+    args = PaWGRPOConfig(**{**dict(
+        output_dir=str(tmp_path / "trl"), num_generations=2, per_device_train_batch_size=4,
+        max_steps=1, learning_rate=1e-3, report_to=[], save_strategy="no", use_cpu=True,
+        seed=0, logging_steps=1, alpha=0.5, r_max=10.0, disable_tqdm=True), **settings})
+    return PaWGRPOTrainer(model=str(model), env=env, args=args,
+                          train_dataset=task_dataset("PaW/Shelf-v0", range(4), split="train"))
+
+
+def test_the_world_model_term_equals_the_native_trainers_on_the_same_transitions(
+        tiny_model_dir, tmp_path, one_torch_thread):
+    """One generation batch (2 tasks × 2 episodes) through PaWGRPOTrainer's own path (TRL's
+    forward pass, its rows split and shuffled): its L_WM equals the native trainer's
+    Σ w_wm · ℓ_WM over the same trajectories, serialised by training.rollout_batch (with each
+    step's transcript as h_t), selected, weighted and scored by the native functions."""
+    from training.config import TrainConfig
+    from training.objective import ObjectiveSettings, objective_weights
+    from training.rollout_batch import build_batch
+    from training.serialization import TransitionSerializer
+    from training.losses import wm_token_loss
+
+    trainer = _trainer(tiny_model_dir, tmp_path)
+    trainer.model.train()
+    rows = list(trainer.train_dataset)[:2]
+    batch = trainer._generate_and_score_completions([rows[0], rows[0], rows[1], rows[1]])
+    trainer.current_gradient_accumulation_steps = 1  # what trainer.train() sets per step
+    trainer._compute_loss(trainer.model, batch)
+    trl_term = trainer._metrics["train"]["paw/wm_loss"][-1]
+
+    trajectories = trainer.env.last.trajectories
+    for index, trajectory in enumerate(trajectories):
+        trajectory.group_index = index // 2  # TRL's groups: blocks of num_generations rows
+    policy = HFPolicy(trainer.model, trainer.processing_class, device="cpu")
+    config = TrainConfig(model=str(tiny_model_dir), env_id="PaW/Shelf-v0", alpha=0.5,
+                         r_max=10.0, max_seq_len=4096, algo="grpo")
+    native = build_batch(trajectories, TransitionSerializer.for_policy(policy, "next_turn"),
+                         config)
+    _, w_wm = objective_weights(native.samples, native.selected, native.group_lambda,
+                                ObjectiveSettings())
+    assert int(native.selected.sum()) > 0
+    terms = []
+    with torch.no_grad():
+        for sample, weight in zip(native.samples, w_wm):
+            if weight == 0:
+                continue
+            ids = torch.tensor([sample.input_ids])
+            logits = trainer.model(input_ids=ids).logits[0].float().log_softmax(-1)
+            start = len(sample.input_ids) - sample.obs_len
+            logprobs = logits[start - 1:-1].gather(-1, ids[0, start:, None])[:, 0]
+            terms.append(weight * wm_token_loss(logprobs[None], torch.ones_like(logprobs)[None]))
+    assert trl_term > 0 and trl_term == pytest.approx(float(sum(terms)), rel=1e-5)
+
+
+def test_trl_trains_the_tiny_model_with_paw(tiny_model_dir, tmp_path, one_torch_thread):
+    """Two GRPO + PaW steps through trainer.train(): the weights move, and TRL's log has the
+    env's success and the WM term."""
+    trainer = _trainer(tiny_model_dir, tmp_path, max_steps=2)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    assert any(not torch.equal(b, p) for b, p in zip(before, trainer.model.parameters()))
+    logged = [h for h in trainer.state.log_history if "paw/wm_loss" in h]
+    assert len(logged) == 2
+    assert all(0 <= h["env/success"] <= 1 and h["paw/wm_loss"] > 0 and h["paw/lambda"] > 0
+               for h in logged)
+
+
+def test_the_wm_loss_of_a_transcript_row_is_the_native_per_transition_loss():
+    """transcript_wm_loss over a row holding two transitions = Σ_k w_k ℓ_WM(k), with ℓ_WM
+    over the tokens of transition k only (CMAE, ρ = 0.5)."""
+    logprobs = torch.log(torch.tensor([[0.9, 0.1, 0.3, 0.6, 0.2, 0.05]]))
+    index = torch.tensor([[-1, 0, 0, -1, 1, 1]])
+    weights = torch.tensor([[0.5, 2.0]])
+    # transition 0: tokens p = 0.1, 0.3 (both ≤ ρ): (0.9 + 0.7) / 2; transition 1: 0.2, 0.05.
+    expected = 0.5 * (0.9 + 0.7) / 2 + 2.0 * (0.8 + 0.95) / 2
+    assert float(transcript_wm_loss(logprobs, index, weights, "cmae", 0.5)) == \
+        pytest.approx(expected)
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(alpha=0.0), r"alpha=0\.0 is invalid; expected a number in \(0, 1\]"),
+    (dict(wm_loss="l2"), r"wm_loss='l2' is invalid; expected cmae \| mae \| ce"),
+    (dict(r_max=float("nan")), r"r_max=nan is invalid"),
+    (dict(temperature=0.7), r"temperature=0\.7 with paw"),
+])
+def test_a_wrong_paw_setting_is_one_clear_error(tmp_path, settings, message):
+    with pytest.raises(ValueError, match=message):
+        PaWGRPOConfig(output_dir=str(tmp_path), use_cpu=True, **settings)
+
+
+def test_a_prompt_without_its_task_seed_is_refused():
+    assert task_seed([{"role": "user", "content": "x", "task_seed": 7}]) == 7
+    with pytest.raises(ValueError, match="prompts made by task_dataset"):
+        task_seed([{"role": "user", "content": "Task: buy the red lamp."}])

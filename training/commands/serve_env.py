@@ -1,0 +1,90 @@
+"""``paw-gym serve-env``: serve a registered text env over WebSocket, a session per client.
+
+The protocol is OpenEnv's (reset / step / state over ``ws://HOST:PORT/ws``), so both
+paw-gym's ``RemoteEnv`` (``gym.make("PaW/Remote-v0", url=...)``) and OpenEnv clients step it.
+Each connection gets its own env; docs/remote_envs.md describes the protocol and limits.
+
+Examples::
+
+    paw-gym serve-env --env PaW/Shelf-v0
+    paw-gym serve-env --env PaW/WebShop-v0 --env_kwargs split=test --port 9000 --max_sessions 128
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class ServeEnvArguments:
+    """Which env ``paw-gym serve-env`` serves, where, and to how many clients."""
+
+    env: str
+    """Registered env id (see `paw-gym envs`)."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Constructor arguments of every session's env, e.g. split=test (clients cannot change
+    them)."""
+    host: str = "127.0.0.1"
+    """Interface to bind (default: loopback only; 0.0.0.0 serves other machines, with no
+    authentication)."""
+    port: int = 8001
+    """TCP port (0 picks a free one; the default is serve-retriever's 8000 plus one, so both
+    run side by side)."""
+    max_sessions: int = 64
+    """Sessions at once, each with its own env; one more client is refused (OpenEnv's
+    CAPACITY_REACHED)."""
+    idle_timeout: float = 600.0
+    """Seconds a session may wait for its client's next request before it ends."""
+    max_message_bytes: int = 1 << 20
+    """Largest request a client may send (bytes)."""
+
+
+def add_parser(subparsers) -> None:
+    from training.cli import add_command
+
+    add_command(subparsers, "serve-env", ServeEnvArguments,
+                help="serve a text env over WebSocket (OpenEnv protocol), a session per client",
+                description=__doc__).set_defaults(func=run)
+
+
+def run(args) -> int:
+    # Not training.cli.check_env: it imports the agents package, and with it torch (~170 MB
+    # of the server's memory, for nothing). An unknown id or argument fails in EnvServer, which
+    # makes one env to read its spaces, with Gymnasium's "did you mean" or the constructor's
+    # own message.
+    import gymnasium as gym
+
+    from training.cli import UserError, arguments_from
+
+    arguments = arguments_from(args, ServeEnvArguments)
+    if not 0 <= arguments.port <= 65535:
+        raise UserError(f"--port {arguments.port}: a TCP port is 0-65535 (0 picks a free one)")
+    try:
+        from paw_gym.remote import BindError, EnvServer, ServerLimits
+    except ImportError as error:
+        raise UserError(str(error)) from error
+    try:
+        limits = ServerLimits(max_sessions=arguments.max_sessions,
+                              idle_timeout=arguments.idle_timeout,
+                              max_message_bytes=arguments.max_message_bytes)
+    except ValueError as error:
+        raise UserError(f"--{error}") from error
+    try:
+        server = EnvServer(arguments.env, arguments.env_kwargs, host=arguments.host,
+                           port=arguments.port, limits=limits)
+    except BindError as error:  # port in use, no permission, a host that is not this machine's
+        raise UserError(f"cannot serve on --host {arguments.host} --port {arguments.port}: "
+                        f"{error.strerror}") from error
+    except gym.error.Error as error:  # an id that is not registered
+        raise UserError(f"cannot serve {arguments.env}: {error} (`paw-gym envs` lists the text "
+                        f"envs)") from error
+    except (TypeError, ValueError, OSError, ImportError) as error:  # bad kwargs, missing data
+        raise UserError(f"cannot serve {arguments.env}: {error}") from error  # or a non-text env
+    print(f"serving {arguments.env} at {server.url} (sessions: {server.ws_url}, at most "
+          f"{limits.max_sessions}; Ctrl-C to stop)", flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.close()
+    return 0
