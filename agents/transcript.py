@@ -5,15 +5,15 @@ Trainers that train a whole episode as one sequence (TRL's ``GRPOTrainer`` with 
 ``rollout_func``, :mod:`paw_gym.integrations.trl`) need the policy to act on the growing
 transcript instead, and need its ids to be exactly the ones it acted on:
 
-    chat(p_1) ⊕ a_1 ⊕ turn(p_2) ⊕ a_2 ⊕ … ⊕ a_T ⊕ s ⊕ o_{T+1}
+    chat(p_1) ⊕ a_1 ⊕ turn(p_2) ⊕ a_2 ⊕ … ⊕ a_T ⊕ s ⊕ o_{T+1} ⊕ e
 
 ``p_t`` is the wrapped env's prompt at step t (use ``history_length=0``: the transcript already
 holds the history), ``a_t`` the generated response ids, kept as generated (rendering the text
 again would retokenise them), and ``turn(p) = s ⊕ p ⊕ g``: the separator ``s`` a chat template
 puts between an assistant message and the next user message (:mod:`training.serialization`'s
 ``next_turn`` separator), the prompt, and the template's generation prompt ``g`` (end of the user
-turn, assistant header). The final observation closes the transcript, so it is a world-model
-target like the others.
+turn, assistant header). The final observation and the end-of-turn token ``e`` close the
+transcript, so o_{T+1} is a world-model target like the others.
 
 Inside ``turn(p_{t+1})`` the raw observation o_{t+1} (``info["raw_observation"]``) is tokenised
 on its own, between the template text before and after it. With a template that starts with
@@ -74,13 +74,14 @@ class TurnFormat:
 
     def __init__(self, tokenizer: Any, eos_ids: Sequence[int]):
         from agents.chat import render_chat
-        from training.serialization import TransitionSerializer
+        from training.serialization import TransitionSerializer, observation_separator
 
         self.tokenizer = tokenizer
         self.serializer = TransitionSerializer(tokenizer, "next_turn", eos_ids)
         text = render_chat(tokenizer, [{"role": "user", "content": _MARK}],
                            add_generation_prompt=True)
         self.generation_prompt = self.encode(text[text.index(_MARK) + len(_MARK):])
+        self.end_of_turn = observation_separator(tokenizer, "end_of_turn", tuple(eos_ids))
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
@@ -88,11 +89,13 @@ class TurnFormat:
     def env_turn(self, response_ids: Sequence[int], prompt: str, observation: str,
                  final: bool = False) -> Turn:
         """``s ⊕ p ⊕ g`` after ``response_ids``, with ``observation`` tokenised on its own
-        where ``prompt`` first shows it; the final turn is ``s ⊕ observation``."""
+        where ``prompt`` first shows it; the final turn is ``s ⊕ observation ⊕ e``, closed by
+        the end-of-turn token e as the template closes a turn (so a trainer sees the
+        transcript end where a turn ends)."""
         separator = self.serializer.separator_after(response_ids)
         if final:
-            return Turn(separator + self.encode(observation), len(separator),
-                        len(self.encode(observation)))
+            obs = self.encode(observation)
+            return Turn(separator + obs + self.end_of_turn, len(separator), len(obs))
         at = prompt.find(observation) if observation else -1
         if at < 0:
             return Turn(separator + self.encode(prompt) + self.generation_prompt, 0, 0)

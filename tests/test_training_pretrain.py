@@ -39,7 +39,7 @@ def test_rows_are_prompt_action_next_turn_and_next_observation(tiny_model_dir, d
 
 def test_episode_rows_are_the_transcripts_a_transcript_agent_plays(tiny_model_dir, demos):
     """rows='episode': one row per episode, chat(h_1) ⊕ a_1 ⊕ s ⊕ h_2 ⊕ g ⊕ a_2 … ⊕ s ⊕ o_{T+1}
-    (s: the template's turn separator; g: its generation prompt)."""
+    ⊕ e (s: the template's turn separator; g: its generation prompt; e: its end of turn)."""
     from wrappers import WMReplay
 
     policy = HFPolicy(str(tiny_model_dir), device="cpu")
@@ -58,7 +58,7 @@ def test_episode_rows_are_the_transcripts_a_transcript_agent_plays(tiny_model_di
             h, o = first[step + 1]["h"], record["o_next"]
             at = h.index(o)
             expected += turn + encode(h[:at]) + encode(o) + encode(h[at + len(o):]) + generation
-    expected += turn + encode(first[-1]["o_next"])
+    expected += turn + encode(first[-1]["o_next"]) + encode("<|im_end|>")
     assert rows[episodes.index(first[0]["episode_id"])] == expected
     assert max(map(len, episode_transcripts(policy, demos, max_seq_len=50))) == 50
     with pytest.raises(ValueError, match="rows='episode'"):

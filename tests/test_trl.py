@@ -41,8 +41,8 @@ def test_a_transcript_agent_acts_on_its_own_ids_and_the_transcript_holds_every_o
             assert row.completion_ids[start:start + length] == policy.tokenizer(
                 step.next_observation, add_special_tokens=False)["input_ids"]
             assert row.action_mask[start:start + length] == [0] * length
-        assert row.completion_ids[-row.obs_spans[-1][1]:] == row.completion_ids[
-            row.obs_spans[-1][0]:]  # the final observation closes the transcript
+        start, length = row.obs_spans[-1]  # the final observation, then the end of its turn
+        assert policy.tokenizer.decode(row.completion_ids[start + length:]) == "<|im_end|>"
         for t in range(1, len(steps)):
             context = steps[t].output.prompt_ids
             previous = steps[t - 1].output

@@ -93,7 +93,7 @@ def transcript_parts(policy, transitions, max_seq_len: int,
 def episode_transcripts(policy, replay, max_seq_len: int) -> list[list[int]]:
     """Each episode of a WMReplay directory (records ``h``, ``a``, ``o_next``, grouped by
     ``episode_id`` in ``step`` order) as the transcript ids a TranscriptAgent would have
-    played: chat(h_1) ⊕ a_1 ⊕ turn(h_2) ⊕ … ⊕ s ⊕ o_{T+1} (:mod:`agents.transcript`), cut to
+    played: chat(h_1) ⊕ a_1 ⊕ turn(h_2) ⊕ … ⊕ s ⊕ o_{T+1} ⊕ e (:mod:`agents.transcript`), cut to
     ``max_seq_len`` tokens from the end."""
     from agents.transcript import TurnFormat
     from wrappers import WMReplay
