@@ -342,7 +342,72 @@ def cases() -> list[Case]:
         Case("resume", "optimizer.json damaged", _resume(
             lambda c: (c / "optimizer.json").write_text('{"param_gr')),
             "optimizer.json is damaged", fallback=True),
+        # -- paw-gym serve-env --------------------------------------------------------------
+        Case("serve-env", "--port 70000", cli("serve-env", "--env", "PaW/Shelf-v0", "--port",
+                                              "70000"), "0-65535"),
+        Case("serve-env", "port in use", _serve_env_on_a_taken_port, "already in use"),
+        Case("serve-env", "unknown env", cli("serve-env", "--env", "PaW/Nope-v0", "--port", "0"),
+             "PaW/Nope-v0"),
+        Case("serve-env", "--max_sessions 0", cli("serve-env", "--env", "PaW/Shelf-v0",
+                                                  "--port", "0", "--max_sessions", "0"),
+             "max_sessions"),
+        Case("serve-env", "--env_kwargs colour=red", cli(
+            "serve-env", "--env", "PaW/Shelf-v0", "--port", "0", "--env_kwargs", "colour=red"),
+            "colour"),
+        # -- TRL integration and transcript pretraining (Python API) -----------------------
+        Case("trl", "alpha=2", api(lambda work: _paw_grpo_config(work, alpha=2.0)), "alpha=2.0"),
+        Case("trl", "temperature=0.5 with paw", api(lambda work: _paw_grpo_config(
+            work, temperature=0.5)), "temperature=0.5"),
+        Case("trl", "wm_loss='l1'", api(lambda work: _paw_grpo_config(work, wm_loss="l1")),
+             "wm_loss='l1'"),
+        Case("trl", "EnvRollout of an unknown env", api(lambda work: _env_rollout(
+            "PaW/Nope-v0")), "PaW/Nope-v0"),
+        Case("trl", "EnvRollout max_steps=0", api(lambda work: _env_rollout(
+            "PaW/Shelf-v0", max_steps=0)), "max_steps (0)"),
+        Case("trl", "a prompt without its task seed", api(lambda work: _task_seed(
+            [{"role": "user", "content": "Task: buy the red lamp."}])), "task_dataset"),
+        Case("pretrain", "rows='episode' with wm_context end_of_turn", api(
+            lambda work: _pretrain(work, rows="episode", wm_context="end_of_turn")),
+            "rows='episode'"),
+        Case("pretrain", "rows='bogus'", api(lambda work: _pretrain(work, rows="bogus")),
+             "rows='bogus'"),
     ]
+
+
+def _serve_env_on_a_taken_port(work: Path) -> int:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        return cli("serve-env", "--env", "PaW/Shelf-v0", "--port",
+                   str(taken.getsockname()[1]))(work)
+
+
+def _paw_grpo_config(work: Path, **settings: Any) -> Any:
+    from paw_gym.integrations.trl import PaWGRPOConfig
+
+    return PaWGRPOConfig(output_dir=str(work / "trl"), use_cpu=True, **settings)
+
+
+def _env_rollout(env_id: str, max_steps: int = 6) -> Any:
+    from paw_gym.integrations.trl import EnvRollout
+
+    return EnvRollout(env_id, max_steps=max_steps)
+
+
+def _task_seed(prompt: Any) -> int:
+    from paw_gym.integrations.trl import task_seed
+
+    return task_seed(prompt)
+
+
+def _pretrain(work: Path, **settings: Any) -> Any:
+    from training.pretrain import PretrainConfig, run_pretrain
+
+    return run_pretrain(PretrainConfig(model=str(_tiny(work)), replay=str(work / "no-replay"),
+                                       output_dir=str(work / "base"), progress=False,
+                                       **settings))
 
 
 def _replay_with(work: Path, line: str) -> Path:
