@@ -156,3 +156,57 @@ def test_a_prompt_without_its_task_seed_is_refused():
     assert task_seed([{"role": "user", "content": "x", "task_seed": 7}]) == 7
     with pytest.raises(ValueError, match="prompts made by task_dataset"):
         task_seed([{"role": "user", "content": "Task: buy the red lamp."}])
+
+
+def test_env_tools_play_a_task_through_its_tool(tmp_path):
+    """EnvTools, as TRL's environment_factory drives it: reset with a task_dataset row, the
+    expert's actions through the take_action tool, the env's return from get_reward."""
+    from paw_gym.integrations.trl import env_tools
+
+    make = env_tools("PaW/Shelf-v0", max_steps=6, env_kwargs={"split": "train"})
+    row = task_dataset("PaW/Shelf-v0", [5], split="train")[0]
+    tools = make()
+    tools.reset(**row)
+    assert row["prompt"][0]["content"].startswith("Task: buy the")
+    answer = ""
+    while not tools.done:
+        answer = tools.take_action(tools.env.unwrapped.expert_action())
+    assert answer.endswith("The episode has ended (won).") and tools.get_reward() == 10.0
+    assert tools.take_action("pay") == "The episode has ended."
+    with pytest.raises(ValueError, match="rows made by task_dataset"):
+        tools.reset(prompt=row["prompt"])
+    with pytest.raises(ValueError, match="PaW/Nope-v0"):
+        env_tools("PaW/Nope-v0", max_steps=6)
+
+
+def test_trls_tool_route_trains_on_env_tools(tiny_model_dir, tmp_path, one_torch_thread):
+    """GRPOTrainer(environment_factory=env_tools(...)) with the tiny model given TRL's
+    Qwen2.5 chat template (tool calling): TRL accepts the tools, resets one EnvTools per
+    episode with its row's task, and logs the env's reward."""
+    import shutil
+
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    from paw_gym.integrations.trl import env_tools
+
+    model = tmp_path / "tiny-tools"
+    shutil.copytree(tiny_model_dir, model)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    tokenizer.chat_template = qwen2_5_chat_template
+    tokenizer.save_pretrained(model)
+    args = GRPOConfig(output_dir=str(tmp_path / "trl"), num_generations=2,
+                      per_device_train_batch_size=4, max_steps=1, max_completion_length=32,
+                      report_to=[], save_strategy="no", use_cpu=True, bf16=False, seed=0,
+                      logging_steps=1, disable_tqdm=True)
+    trainer = GRPOTrainer(model=str(model), args=args, reward_funcs=[],
+                          environment_factory=env_tools("PaW/Shelf-v0", max_steps=6,
+                                                        env_kwargs={"split": "train"}),
+                          train_dataset=task_dataset("PaW/Shelf-v0", range(4), split="train"))
+    trainer.train()
+    assert trainer.state.global_step == 1
+    [logged] = [h for h in trainer.state.log_history if "rewards/EnvTools/mean" in h]
+    assert logged["rewards/EnvTools/mean"] == pytest.approx(logged["reward"])
+    played = [e.task_seed for e in trainer.environments]  # this batch's rows: 2 tasks × 2
+    assert len(played) == 4 and set(played) <= {0, 1, 2, 3} and len(set(played)) == 2

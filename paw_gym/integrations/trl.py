@@ -35,6 +35,10 @@ that the two terms are equal on a fixed batch). The term is scaled per micro-bat
 optimizer step's gradient is that of the whole generation batch's L_WM, as TRL's ``dapo`` loss
 normalises its own term.
 
+**The tool route.** For instruct models whose chat template has tool calling,
+:func:`env_tools` is TRL's ``environment_factory``: the env as one ``take_action`` tool, its
+return through ``get_reward`` (GRPO alone: no PaW term on this route).
+
 **What differs from the native trainer** (TRL's design, see ``docs/trl.md``): the policy's
 context is the whole transcript, not a history window of h_t (so use a Markov template,
 ``history_length=0``, and a model that has read transcripts); the advantage is one per episode
@@ -44,9 +48,10 @@ normalisation are TRL's.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -67,7 +72,9 @@ def task_dataset(env_id: str, task_seeds: Iterable[int], *, template: str = TRAN
                  **env_kwargs: Any):
     """A ``datasets.Dataset`` with one conversational prompt per task: the env's first prompt
     as the user message, which also carries the task's reset seed (``task_seed``) for
-    :class:`EnvRollout`. ``env_kwargs`` go to ``gym.make`` (e.g. ``split="train"``)."""
+    :class:`EnvRollout` (a ``rollout_func`` sees only the prompt), and a ``task_seed`` column
+    for :class:`EnvTools` (TRL resets an environment with the row). ``env_kwargs`` go to
+    ``gym.make`` (e.g. ``split="train"``)."""
     from datasets import Dataset
 
     from agents.envs import make_agent_env
@@ -77,7 +84,8 @@ def task_dataset(env_id: str, task_seeds: Iterable[int], *, template: str = TRAN
     try:
         for seed in task_seeds:
             prompt, _ = env.reset(seed=int(seed))
-            rows.append({"prompt": [{"role": "user", "content": prompt, TASK_SEED: int(seed)}]})
+            rows.append({"prompt": [{"role": "user", "content": prompt, TASK_SEED: int(seed)}],
+                         TASK_SEED: int(seed)})
     finally:
         env.close()
     if not rows:
@@ -158,6 +166,78 @@ class EnvRollout:
                 "logprobs": [s.logprobs for s in sequences],
                 "env_mask": [s.action_mask for s in sequences],
                 "env_return": [t.total_reward for t in trajectories]}
+
+
+class EnvTools:
+    """One paw-gym env as TRL tools, for ``GRPOTrainer(environment_factory=...)`` with an
+    instruct model whose chat template has tool calling (build it with :func:`env_tools`).
+
+    TRL calls ``reset(**row)`` with a :func:`task_dataset` row (the prompt already shows the
+    first observation, so nothing is appended), the model calls :meth:`take_action`, and
+    :meth:`get_reward` gives TRL the episode's return. The env's own rewards only: a tool call
+    with an action the env does not take is the env's invalid step (``ParseAction``'s format
+    penalty is for text outputs). TRL's tool route trains GRPO alone; the PaW term needs
+    :class:`EnvRollout` (observations inside tool messages are not marked as WM targets).
+    """
+
+    def __init__(self, env_id: str, *, max_steps: int, template: str = TRANSCRIPT_TEMPLATE,
+                 env_kwargs: dict[str, Any] | None = None):
+        import gymnasium as gym
+
+        from wrappers import HistoryPrompt
+
+        if max_steps < 1:
+            raise ValueError(f"max_steps ({max_steps}) must be >= 1")
+        self.env = HistoryPrompt(gym.make(env_id, **(env_kwargs or {})), template=template,
+                                 history_length=0)
+        self.max_steps = max_steps
+        self.task_seed: int | None = None
+        self.steps = 0
+        self.total_reward = 0.0
+        self.done = True
+
+    def reset(self, **row: Any) -> None:
+        if TASK_SEED not in row:
+            raise ValueError(f"EnvTools plays rows made by task_dataset (they carry "
+                             f"{TASK_SEED!r}); got the columns {sorted(row)}")
+        self.task_seed = int(row[TASK_SEED])
+        self.env.reset(seed=self.task_seed)
+        self.steps, self.total_reward, self.done = 0, 0.0, False
+
+    def take_action(self, action: str) -> str:
+        """Take one action in the environment.
+
+        Args:
+            action: One of the admissible actions, exactly as the observation lists it.
+
+        Returns:
+            The environment's next observation with its admissible actions, or how the episode
+            ended.
+        """
+        if self.done:
+            return "The episode has ended."
+        prompt, reward, terminated, truncated, info = self.env.step(str(action))
+        self.steps += 1
+        self.total_reward += float(reward)
+        self.done = terminated or truncated or self.steps >= self.max_steps
+        if self.done:
+            outcome = "won" if info.get("won") else "not won"
+            return f"{info.get('raw_observation', '')} The episode has ended ({outcome})."
+        return prompt
+
+    def get_reward(self) -> float:
+        return self.total_reward
+
+
+def env_tools(env_id: str, *, max_steps: int, template: str = TRANSCRIPT_TEMPLATE,
+              env_kwargs: dict[str, Any] | None = None) -> Callable[[], EnvTools]:
+    """TRL ``environment_factory`` for ``env_id``: each call builds one :class:`EnvTools`
+    (the id and ``env_kwargs`` are checked now, before TRL builds any)."""
+    from agents.envs import check_env_settings
+
+    check_env_settings(env_id, env_kwargs)
+    return functools.partial(EnvTools, env_id, max_steps=max_steps, template=template,
+                             env_kwargs=env_kwargs)
 
 
 def task_seed(prompt: Any) -> int:
