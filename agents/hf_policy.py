@@ -300,6 +300,11 @@ class HFPolicy:
         check_sampling_args(temperature, max_new_tokens)
         if any(not ids for ids in prompt_ids):
             raise ValueError("act_ids needs at least one prompt token per prompt")
+        longest = max((len(ids) for ids in prompt_ids), default=0)
+        if self.max_context is not None and longest + max_new_tokens > self.max_context:
+            raise ValueError(f"a prompt of {longest} tokens plus max_new_tokens={max_new_tokens} "
+                             f"exceeds the model's context of {self.max_context} tokens; "
+                             f"shorten the episodes (max_steps) or the prompt template")
         return self._sample([(list(ids), False) for ids in prompt_ids], temperature,
                             max_new_tokens, stop, seed)
 

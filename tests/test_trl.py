@@ -50,6 +50,18 @@ def test_a_transcript_agent_acts_on_its_own_ids_and_the_transcript_holds_every_o
                 previous.prompt_ids + previous.response_ids
 
 
+def test_act_ids_samples_what_act_samples_and_refuses_a_prompt_past_the_context(
+        tiny_model_dir, one_torch_thread):
+    """The same ids and seed through act and act_ids give the same response; a transcript that
+    leaves no room for max_new_tokens in the context is one clear error."""
+    policy = HFPolicy(tiny_model_dir, device="cpu")
+    [by_text] = policy.act(["Go higher."], max_new_tokens=8, seed=4)
+    [by_ids] = policy.act_ids([by_text.prompt_ids], max_new_tokens=8, seed=4)
+    assert by_ids.response_ids == by_text.response_ids and by_ids.logprobs == by_text.logprobs
+    with pytest.raises(ValueError, match=r"exceeds the model's context of \d+ tokens"):
+        policy.act_ids([[1] * policy.max_context], max_new_tokens=8)
+
+
 def test_a_trajectory_not_played_from_its_transcript_is_refused(tiny_model_dir,
                                                                 one_torch_thread):
     policy = HFPolicy(tiny_model_dir, device="cpu")
