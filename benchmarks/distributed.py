@@ -233,7 +233,9 @@ def sample_rollouts(fields: dict, updates: int, reward_spread: bool = False
     from training.config import TrainConfig
     from training.trainer import PaWTrainer
 
-    trainer = PaWTrainer(TrainConfig(**fields))
+    # One unsharded process samples (a sharded one in this process would be a world of one,
+    # with a process group that outlives it); sharding does not change the sampled rollouts.
+    trainer = PaWTrainer(TrainConfig(**{**fields, "sharding": "ddp", "mixed_precision": "no"}))
     config = trainer.config
     initial = trained_parameters(trainer)
     rollouts = []

@@ -97,10 +97,10 @@ def test_cli_pretrains_on_noisy_expert_episodes(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("flags, named", [
-    (["--pretrain-steps", "-1"], "--pretrain-steps"),
-    (["--epsilon", "2"], "--epsilon"),
+    (["--pretrain-steps", "-1"], "pretrain_steps=-1 is invalid; expected an integer >= 0"),
+    (["--epsilon", "2"], "epsilon=2.0 is invalid; expected a probability in [0, 1]"),
     (["--pretrain-steps", "5", "--env", "Test/GuessNumber-v0", "--pretrain-episodes", "0"],
-     "--pretrain-episodes"),
+     "pretrain_episodes=0 is invalid"),
 ])
 def test_cli_names_bad_pretraining_flags_before_any_work(tmp_path, capsys, flags, named):
     out = tmp_path / "tiny"

@@ -48,7 +48,8 @@ def test_the_demo_command_says_a_bad_rl_setting_in_one_line_before_any_work(tmp_
     out = tmp_path / "demo"
     assert main(["demo", "--rl_steps", "0", "--output_dir", str(out)]) == 2
     assert capsys.readouterr().err == ("paw-gym demo: error: rl_steps=0 is invalid; expected an "
-                                       "integer >= 1 (the number of RL updates)\n")
+                                       "integer in [1, 10,000,000] (the number of RL "
+                                       "updates)\n")
     assert not out.exists()
 
 

@@ -82,7 +82,7 @@ def test_eval_defaults_to_the_held_out_split_and_names_bad_values(tmp_path, caps
     assert "env_kwargs ['split'] are not arguments of Test/GuessNumber-v0" in \
         capsys.readouterr().err
     assert main(["eval", "--env", "PaW/Shelf-v0", "--agent", "random", "--max_steps", "0"]) == 2
-    assert "--max_steps 0 is invalid; expected an integer >= 1" in capsys.readouterr().err
+    assert "max_steps=0 is invalid; expected an integer >= 1" in capsys.readouterr().err
     for command in (["eval", "--env", "PaW/Shelf-v0"], ["eval-wm"]):  # files stay inside --out
         assert main([*command, "--model", "m", "--name", "../../x",
                      "--out", str(tmp_path / "out")]) == 2

@@ -287,10 +287,10 @@ def test_eval_wm_refuses_the_split_of_an_output_of_the_earlier_id_keyed_train_wm
 @pytest.mark.parametrize("argv, message", [
     (["train-wm", "--reward", "cosine", "--replay", "."], "reward 'cosine' is not one of"),
     (["train-wm", "--method", "ppo", "--replay", "."], "invalid choice: 'ppo'"),
-    (["train-wm", "--tau", "1.5", "--replay", "."], "--tau must be a cosine in [-1, 1], got 1.5"),
-    (["train-wm", "--group_size", "1", "--replay", "."], "--group_size must be >= 2 for rwml"),
-    (["train-wm", "--steps", "0", "--replay", "."], "--steps must be >= 1, got 0"),
-    (["train-wm", "--rho", "-1", "--replay", "."], "--rho must be a probability in [0, 1], got -1"),
+    (["train-wm", "--tau", "1.5", "--replay", "."], "tau=1.5 is invalid; expected a cosine in [-1, 1]"),
+    (["train-wm", "--group_size", "1", "--replay", "."], "group_size=1 is invalid; expected an integer >= 2 for rwml"),
+    (["train-wm", "--steps", "0", "--replay", "."], "steps=0 is invalid; expected an integer >= 1"),
+    (["train-wm", "--rho", "-1", "--replay", "."], "rho=-1.0 is invalid; expected a probability in [0, 1]"),
     (["train-wm", "--lr", "nan", "--replay", "."], "lr=nan is invalid; expected a number (finite)"),
     (["train-wm"], "give --replay DIR"),
     (["train-wm", "--replay", "/no/such/replay"], "--replay '/no/such/replay' does not exist"),
@@ -298,7 +298,7 @@ def test_eval_wm_refuses_the_split_of_an_output_of_the_earlier_id_keyed_train_wm
     (["eval-wm", "--replay", "."], "give --model or --checkpoint"),
     (["eval-wm", "--from_predictions", "/no/such.jsonl"], "is not a file"),
     (["eval-wm", "--split", "test", "--model", "m"], "invalid choice: 'test'"),
-    (["eval-wm", "--tau", "-2", "--model", "m"], "--tau must be a cosine in [-1, 1], got -2"),
+    (["eval-wm", "--tau", "-2", "--model", "m"], "tau=-2.0 is invalid; expected a cosine in [-1, 1]"),
 ])
 def test_the_cli_refuses_bad_values_in_one_line(argv, message, capsys, tmp_path):
     assert main([*argv, *(["--output_dir", str(tmp_path)] if argv[0] == "train-wm" else [])]) \

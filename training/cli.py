@@ -213,14 +213,16 @@ def arguments_from(args: argparse.Namespace, cls: type[T]) -> T:
     """An instance of ``cls`` from the parsed ``args``. For the command's ``config`` class: its
     ``--config`` file with the flags that were given on top; a bad file or value is a
     :class:`UserError`."""
-    from training.config import load_config
+    from training.config import check_config, load_config
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
              if f.init and hasattr(args, f.name)}
     try:
         if cls is getattr(args, "_config_class", None):
             return load_config(args.config, given, cls=cls)
-        return cls(**given)
+        arguments = cls(**given)
+        check_config(arguments)  # every command's fields: types, choices, bounds
+        return arguments
     except (ValueError, FileNotFoundError) as error:
         raise UserError(str(error)) from error
 
@@ -312,6 +314,8 @@ def _as_hf_field(field: dataclasses.Field, kind: Any) -> dataclasses.Field:
     from training.config import _optional_base
 
     hf_field = copy.copy(field)
+    # The field's accepted range is checked by training.config.check_config, not argparse.
+    hf_field.metadata = {k: v for k, v in field.metadata.items() if k != "bounds"}
     optional, base = _optional_base(kind)
     origin = typing.get_origin(base) or base
     if base is bool and not optional or origin is typing.Literal and not optional:
@@ -319,7 +323,7 @@ def _as_hf_field(field: dataclasses.Field, kind: Any) -> dataclasses.Field:
         return hf_field
     hf_field.type = _value_reader(kind)
     if origin in (list, dict):
-        hf_field.metadata = {**field.metadata, "action": _AddToEarlier,
+        hf_field.metadata = {**hf_field.metadata, "action": _AddToEarlier,
                              **({"nargs": "+"} if origin is list else {})}
     return hf_field
 

@@ -26,6 +26,50 @@ Algo = Literal["grpo", "gigpo", "rloo", "ppo"]
 ALGOS: tuple[str, ...] = typing.get_args(Algo)
 
 
+@dataclass(frozen=True)
+class Bounds:
+    """The values a numeric field accepts, declared with the field (:func:`bounded`) and
+    checked by :func:`check_config`; None admits itself in an optional field."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    """``low < value`` (not ``low <= value``)."""
+    high_open: bool = False
+    """``value < high`` (not ``value <= high``)."""
+    what: str | None = None
+    """The accepted value's name in the message (default: an integer / a number)."""
+    note: str = ""
+    """What a special value means (``0: never``), added to the message."""
+
+    def admits(self, value: float) -> bool:
+        above = self.low is None or (value > self.low if self.low_open else value >= self.low)
+        below = self.high is None or (value < self.high if self.high_open else value <= self.high)
+        return above and below
+
+    def describe(self, kind: str, optional: bool) -> str:
+        """``an integer >= 1``, ``a number in (0, 1]`` ... (``kind``: the type's name)."""
+        what = self.what or kind
+        low, high = (None if b is None else (f"{b:,}" if abs(b) >= 10**4 else f"{b:g}")
+                     for b in (self.low, self.high))
+        if low is not None and high is not None:
+            text = (f"{what} in {'(' if self.low_open else '['}{low}, {high}"
+                    f"{')' if self.high_open else ']'}")
+        elif low is not None:
+            text = f"{what} {'>' if self.low_open else '>='} {low}"
+        else:
+            text = f"{what} {'<' if self.high_open else '<='} {high}"
+        return text + (" or none" if optional else "") + (f" ({self.note})" if self.note else "")
+
+
+def bounded(default: Any, low: float | None = None, high: float | None = None, *,
+            low_open: bool = False, high_open: bool = False, what: str | None = None,
+            note: str = "") -> Any:
+    """A dataclass field with its accepted range (:class:`Bounds`) in its metadata."""
+    return field(default=default, metadata={"bounds": Bounds(low, high, low_open, high_open,
+                                                             what, note)})
+
+
 @dataclass
 class TrainConfig:
     """PaW training run. Defaults are the paper's WebShop settings where it states them."""
@@ -42,11 +86,11 @@ class TrainConfig:
     each process takes its own GPU (leave unset or ``cuda``) or the CPU (``cpu``: gloo)."""
     lora: bool = True
     """Train LoRA adapters (peft) instead of all weights."""
-    lora_r: int = 16
+    lora_r: int = bounded(16, 1)
     """LoRA rank."""
     lora_alpha: int = 32
     """LoRA scaling numerator (scale = alpha / r)."""
-    lora_dropout: float = 0.0
+    lora_dropout: float = bounded(0.0, 0, 1, high_open=True, what="a probability")
     """Dropout on the LoRA branch."""
     lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj",
                                                                     "o_proj", "gate_proj",
@@ -79,29 +123,29 @@ class TrainConfig:
     """Extra gym.make arguments."""
     template: str | None = None
     """HistoryPrompt template: alfworld, webshop, search, a format string (None: env preset)."""
-    history_length: int | None = 2
+    history_length: int | None = bounded(2, 0, note="none: the whole history")
     """Recent steps shown in the prompt (None: full history, the paper's search QA setting)."""
     action_format: str | None = None
     """ParseAction format: action (<action>) or search (<search>/<answer>) (None: env preset)."""
     invalid_penalty: float | None = None
     """Reward added to an invalid action (None: env preset, -0.1; search QA -0.01)."""
-    max_episode_steps: int | None = None
+    max_episode_steps: int | None = bounded(None, 1)
     """Step limit (None: the env's registered limit)."""
-    r_max: float = 10.0
+    r_max: float = bounded(10.0, 0, low_open=True)
     """Largest attainable episode return (λ_g = 1 − R̄_g / r_max)."""
-    train_task_seeds: int = 1_000_000
+    train_task_seeds: int = bounded(1_000_000, 1)
     """Training tasks are env seeds drawn from [0, train_task_seeds)."""
     # -- rollout ------------------------------------------------------------------------------
-    n_groups: int = 16
+    n_groups: int = bounded(16, 1, 10**6)
     """Rollout groups (tasks) per update; with several processes, all of them together (each
     rolls out a contiguous share)."""
-    group_size: int = 8
+    group_size: int = bounded(8, 1, 10**5)
     """Trajectories per group (PPO: 1 trajectory per task, n_groups × group_size tasks)."""
-    temperature: float = 1.0
+    temperature: float = bounded(1.0, 0, low_open=True)
     """Rollout sampling temperature."""
-    max_new_tokens: int = 512
+    max_new_tokens: int = bounded(512, 1, 10**6)
     """Longest response per step."""
-    max_prompt_len: int | None = None
+    max_prompt_len: int | None = bounded(None, 1)
     """Longest rollout prompt in tokens: longer prompts are cut from the left when sampled (as
     verl's ``truncation: left``), so the oldest history goes first. The paper's A.1 uses 2048
     (ALFWorld) and 4096 (WebShop, search QA). None: the model's context minus max_new_tokens."""
@@ -117,14 +161,14 @@ class TrainConfig:
     environment's next chat message: end-of-turn, the template's user header, then o_{t+1}),
     ``end_of_turn`` (one end-of-turn token before it) or ``none`` (right after the action, in
     the policy's own turn: the ablation that taught the policy to write environment text)."""
-    alpha: float = 0.75
+    alpha: float = bounded(0.75, 0, 1, low_open=True)
     """Fraction of transitions (by action entropy) that get the WM loss."""
     entropy_score: Literal["full", "sampled"] = "full"
     """The action entropy that ranks transitions for the WM loss: ``full`` (mean entropy of the
     full next-token distribution at the action tokens; the paper's prose, "action-token
     entropy") or ``sampled`` (−mean q_i log q_i over the sampled tokens' probabilities q_i, the
     paper's §3.1 formula read literally). See docs/training.md."""
-    rho: float = 0.2
+    rho: float = bounded(0.2, 0, 1)
     """CMAE confidence threshold."""
     adaptive_coef: bool = True
     """Reward-adaptive λ_g (False: λ_g ≡ 1)."""
@@ -140,11 +184,11 @@ class TrainConfig:
     """GRPO / GiGPO: divide group-centred returns by the group std (the paper's setting). False is
     "Dr. GRPO" (mean-centring only): with std normalisation, a group without a win whose returns
     differ only by invalid-action penalties gets advantages of ±1, as strong as a win."""
-    entropy_coef: float = 0.0
+    entropy_coef: float = bounded(0.0, 0)
     """Entropy bonus: subtract this × the mean action-token entropy (of the full next-token
     distribution, aggregated like the RL loss) from the objective; > 0 resists collapse onto
     fixed outputs."""
-    gamma: float = 0.95
+    gamma: float = bounded(0.95, 0, 1)
     """GiGPO step-level discount."""
     gigpo_penalty: Literal["episode", "step"] = "episode"
     """GiGPO: where invalid-action penalties count. ``episode``: in the rewards, so in the
@@ -155,61 +199,61 @@ class TrainConfig:
     """GiGPO: the group statistics of the episode advantage over the group's trajectories (each
     counted once; GiGPO's Eq. 3) or over its steps (verl-agent's default
     ``compute_mean_std_cross_steps``: a trajectory counts once per step it took)."""
-    omega: float = 1.0
+    omega: float = bounded(1.0, 0)
     """GiGPO step-advantage weight."""
-    gigpo_similarity: float = 1.0
+    gigpo_similarity: float = bounded(1.0, 0, 1, low_open=True)
     """GiGPO anchor-state grouping: 1.0 groups identical states only; below 1, states of a
     rollout group at least this similar (normalised Indel similarity) share a group. The paper
     uses 0.9 for search QA."""
-    gae_gamma: float = 1.0
+    gae_gamma: float = bounded(1.0, 0, 1)
     """PPO: GAE discount over steps."""
-    gae_lambda: float = 1.0
+    gae_lambda: float = bounded(1.0, 0, 1)
     """PPO: GAE λ."""
-    clip_eps: float = 0.2
+    clip_eps: float = bounded(0.2, 0, low_open=True)
     """PPO-clip ε."""
-    clip_eps_high: float | None = None
+    clip_eps_high: float | None = bounded(None, 0, low_open=True)
     """Upper clip ε (None: symmetric)."""
-    kl_coef: float = 0.0
+    kl_coef: float = bounded(0.0, 0)
     """k3 KL-to-reference weight (reference = adapters disabled under LoRA)."""
     rl_agg: Literal["token", "sequence"] = "token"
     """RL loss aggregation inside a group: token or sequence."""
     # -- optimisation -------------------------------------------------------------------------
-    total_steps: int = 150
+    total_steps: int = bounded(150, 1, 10**7, note="the number of RL updates")
     """RL updates (one rollout each)."""
-    ppo_epochs: int = 1
+    ppo_epochs: int = bounded(1, 1, 10**4)
     """Passes over each rollout."""
-    mini_batch_size: int = 64
+    mini_batch_size: int = bounded(64, 0)
     """Transitions per optimizer step (0: the whole rollout in one step); with several
     processes, all of them together."""
-    token_budget: int = 16384
+    token_budget: int = bounded(16384, 1)
     """Padded tokens per micro-batch (bounds activation memory; gradients accumulate)."""
-    max_seq_len: int = 4096
+    max_seq_len: int = bounded(4096, 1)
     """Longest serialised h ⊕ a ⊕ o row; the observation is cut first."""
     noise_gradient_metric: bool = False
     """Log the paper's Appendix A.4 diagnostic at every update: the share of the WM target-logit
     gradient on noisy next-observation tokens (ASIN codes, brand-like capitals) under CE, MAE
     and CMAE (``wm_noise_share_*``; ``training.diagnostics``). Costs one no-grad pass over the
     WM rows."""
-    max_obs_tokens: int | None = 512
+    max_obs_tokens: int | None = bounded(512, 1)
     """Observation tokens kept as the WM target (the first ones); None keeps all, as the paper
     (it states no cap; ``benchmarks/wm_target_lengths.py`` measures how often 512 cuts)."""
-    lr: float = 1e-6
+    lr: float = bounded(1e-6, 0, what="a learning rate")
     """Actor learning rate."""
-    critic_lr: float = 1e-5
+    critic_lr: float = bounded(1e-5, 0, what="a learning rate")
     """PPO critic learning rate."""
-    weight_decay: float = 0.0
+    weight_decay: float = bounded(0.0, 0)
     """AdamW weight decay."""
-    warmup_steps: int = 0
+    warmup_steps: int = bounded(0, 0)
     """Linear warm-up (optimizer steps)."""
     lr_schedule: Literal["constant", "cosine"] = "constant"
     """constant or cosine (after warm-up)."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = bounded(1.0, 0, low_open=True)
     """Gradient clipping norm."""
-    logits_chunk: int = 512
+    logits_chunk: int = bounded(512, 1, note="positions per LM-head chunk")
     """Positions per LM-head chunk in the training pass: the head's transient memory is about
     ``3 × logits_chunk × vocab × 4`` bytes (≈ 0.9 GB for Qwen2.5's 152k vocabulary at 512)."""
     # -- validation -------------------------------------------------------------------------
-    val_every: int = 0
+    val_every: int = bounded(0, 0, note="0: no validation")
     """Evaluate on the held-out split every N updates (0: never), logged as ``val_*`` metrics
     (``val_success``, ``val_score``, ``val_invalid_frac``, ...; per task type
     ``val_success/<type>``) in the update's metrics record (verl-agent's ``test_freq``)."""
@@ -217,10 +261,10 @@ class TrainConfig:
     """Also evaluate before the first update (logged at step 0)."""
     val_split: str = "held-out"
     """Split played by validation: ``held-out`` (the env's held-out split) or a split name."""
-    val_limit: int | None = None
+    val_limit: int | None = bounded(None, 1, note="none: every task")
     """Tasks per validation: a stratified subset of the split (None: every task once; an env
     that generates tasks from seeds plays 100)."""
-    val_temperature: float | None = None
+    val_temperature: float | None = bounded(None, 0, note="0: greedy")
     """Validation sampling temperature (None: 0.4, search QA 0.0, as the paper validates)."""
     val_wm_replay: str | None = None
     """A WM replay of held-out transitions on which every validation also reads the policy as
@@ -228,7 +272,7 @@ class TrainConfig:
     greedy decoding reproduces exactly) and ``val_wm_token`` (share of their tokens that are
     the argmax); ``training.pretrain.next_observation_accuracy``. None: not measured."""
     # -- bookkeeping --------------------------------------------------------------------------
-    seed: int = 0
+    seed: int = bounded(0, 0, 2**32, high_open=True)
     """One seed for Python, NumPy, torch and the envs."""
     output_dir: str = "runs/paw"
     """Checkpoints, metrics.jsonl and curves go here. A new (not resumed) run refuses a folder
@@ -236,9 +280,9 @@ class TrainConfig:
     overwrite: bool = False
     """Start a new run in an ``output_dir`` that holds an earlier one, deleting that run's
     checkpoints, metrics and curves (nothing else in the folder)."""
-    save_every: int = 10
+    save_every: int = bounded(10, 0, note="0: only at the end")
     """Checkpoint every N updates (0: only at the end)."""
-    keep_checkpoints: int = 2
+    keep_checkpoints: int = bounded(2, 1)
     """Most recent checkpoints kept on disk."""
     tensorboard: bool = False
     """Also log to TensorBoard (needs tensorboard installed)."""
@@ -248,9 +292,9 @@ class TrainConfig:
     """W&B project name."""
     progress: bool = True
     """Show a progress bar (in a terminal; a log file gets plain lines instead)."""
-    log_every: int = 1
+    log_every: int = bounded(1, 0, note="0: no metrics lines")
     """Print one line of the update's main metrics every N updates (0: never)."""
-    num_env_workers: int = 0
+    num_env_workers: int = bounded(0, 0, note="0: envs in this process")
     """Env worker processes per rollout (0: envs step in the trainer's process). Pays off for
     slow envs (ALFWorld, 32 envs: 2 workers on 2 cores take 0.58x the rollout time); costs
     ~20 ms per rollout on fast ones (benchmarks/README.md, "Env workers")."""
@@ -270,16 +314,13 @@ class TrainConfig:
         self.validate()
 
     def validate(self) -> None:
-        """Raise ValueError naming the bad value."""
+        """Raise ValueError naming the bad value (:func:`check_config`)."""
+        check_config(self)
+
+    def _check_relations(self) -> None:
+        """What the fields' own types and bounds cannot say: settings that go together."""
         def bad(name, allowed):
             return ValueError(f"{name}={getattr(self, name)!r} is invalid; expected {allowed}")
-        check_field_types(self)  # also the choices of the Literal fields (algo, wm_loss, ...)
-        if not 0 < self.alpha <= 1:
-            raise bad("alpha", "a number in (0, 1]")
-        if not 0 <= self.rho <= 1:
-            raise bad("rho", "a number in [0, 1]")
-        if not 0 < self.gigpo_similarity <= 1:
-            raise bad("gigpo_similarity", "a number in (0, 1]")
         if self.sharding == "fsdp":
             for name, wrong, why in (
                     ("lora", self.lora,
@@ -298,67 +339,13 @@ class TrainConfig:
         if self.rollout_backend == "vllm" and not self.lora:
             raise ValueError("rollout_backend='vllm' needs lora: true (the trained LoRA adapter is "
                              "what is synced to the vLLM engine before every rollout)")
-        for name in ("n_groups", "group_size", "max_new_tokens", "token_budget", "max_seq_len",
-                     "ppo_epochs"):
-            if getattr(self, name) < 1:
-                raise bad(name, "an integer >= 1")
-        if self.r_max <= 0:
-            raise bad("r_max", "a positive number")
         if self.device is not None and not _DEVICE.fullmatch(self.device):
             raise bad("device", "cpu, cuda, cuda:N, mps or none (CUDA when available)")
-        for name in ("lr", "critic_lr"):
-            if not getattr(self, name) >= 0:  # 0 freezes the weights (benchmarks/overhead.py)
-                raise bad(name, "a learning rate >= 0")
-        if self.history_length is not None and self.history_length < 0:
-            raise bad("history_length", "an integer >= 0 or none (the whole history)")
-        if self.total_steps < 1:
-            raise bad("total_steps", "an integer >= 1 (the number of RL updates)")
-        if self.save_every < 0:
-            raise bad("save_every", "an integer >= 0 (0: only at the end)")
-        if self.keep_checkpoints < 1:
-            raise bad("keep_checkpoints", "an integer >= 1")
-        if self.max_episode_steps is not None and self.max_episode_steps < 1:
-            raise bad("max_episode_steps", "an integer >= 1 or none")
-        if self.max_obs_tokens is not None and self.max_obs_tokens < 1:
-            raise bad("max_obs_tokens", "an integer >= 1 or none")
-        if self.max_prompt_len is not None and self.max_prompt_len < 1:
-            raise bad("max_prompt_len", "an integer >= 1 or none")
-        if self.entropy_coef < 0:
-            raise bad("entropy_coef", "a number >= 0")
-        if self.log_every < 0:
-            raise bad("log_every", "an integer >= 0 (0: no metrics lines)")
-        if self.num_env_workers < 0:
-            raise bad("num_env_workers", "an integer >= 0 (0: envs in this process)")
-        if self.val_every < 0:
-            raise bad("val_every", "an integer >= 0 (0: no validation)")
-        if self.val_limit is not None and self.val_limit < 1:
-            raise bad("val_limit", "an integer >= 1 or none (every task)")
         if self.group_size < 2 and self.algo in ("grpo", "gigpo", "rloo"):
             raise bad("group_size", f"an integer >= 2 for algo={self.algo!r} (a group of one "
                                     "rollout has no one to compare with: every advantage is 0)")
-        for name in ("temperature", "max_grad_norm", "clip_eps"):
-            if not getattr(self, name) > 0:
-                raise bad(name, "a number > 0")
         if self.clip_eps_high is not None and not self.clip_eps_high >= self.clip_eps:
             raise bad("clip_eps_high", f"a number >= clip_eps ({self.clip_eps}) or none")
-        if self.val_temperature is not None and self.val_temperature < 0:
-            raise bad("val_temperature", "a number >= 0 (0: greedy) or none")
-        for name in ("gamma", "gae_gamma", "gae_lambda"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise bad(name, "a number in [0, 1]")
-        for name in ("kl_coef", "weight_decay", "omega", "warmup_steps", "mini_batch_size"):
-            if getattr(self, name) < 0:
-                raise bad(name, "a number >= 0")
-        if self.lora_r < 1:
-            raise bad("lora_r", "an integer >= 1")
-        if not 0 <= self.lora_dropout < 1:
-            raise bad("lora_dropout", "a probability in [0, 1)")
-        if self.logits_chunk < 1:
-            raise bad("logits_chunk", "an integer >= 1 (positions per LM-head chunk)")
-        if self.train_task_seeds < 1:
-            raise bad("train_task_seeds", "an integer >= 1")
-        if not 0 <= self.seed < 2**32:
-            raise bad("seed", "an integer in [0, 2**32) (NumPy's seed range)")
         if self.val_wm_replay is not None and not Path(self.val_wm_replay).is_dir():
             raise bad("val_wm_replay", "a WM replay folder (e.g. from paw-gym play --replay)")
 
@@ -367,6 +354,33 @@ _DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps|xpu(:\d+)?")
 _SCALARS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 _BOOLS = {"true": True, "yes": True, "on": True, "1": True,
           "false": False, "no": False, "off": False, "0": False}
+
+
+def check_config(config: Any) -> None:
+    """The one validation of a config dataclass, before any model, data or env is touched:
+    every field's type and choices (:func:`check_field_types`), every :func:`bounded` field's
+    range, then the relations between fields (the class's ``_check_relations``, if any). A
+    bad value is one ``ValueError`` naming it and what is accepted."""
+    check_field_types(config)
+    check_bounds(config, {item.name: item.metadata["bounds"]
+                          for item in dataclasses.fields(config) if "bounds" in item.metadata})
+    relations = getattr(config, "_check_relations", None)
+    if relations is not None:
+        relations()
+
+
+def check_bounds(config: Any, bounds: dict[str, Bounds]) -> None:
+    """``ValueError`` for the first field of ``config`` outside its :class:`Bounds` (for a
+    class whose field metadata belongs to another parser, e.g. a TRL config)."""
+    kinds = _field_types(type(config))
+    for name, accepted in bounds.items():
+        value = getattr(config, name)
+        if value is None or accepted.admits(value):
+            continue
+        optional, base = _optional_base(kinds[name])
+        raise ValueError(f"{name}={value!r} is invalid; expected "
+                         + accepted.describe("an integer" if base is int else "a number",
+                                             optional))
 
 
 def check_field_types(config: Any) -> None:
@@ -672,7 +686,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
             except ValueError as error:
                 raise ValueError(f"{name}: {error}") from None
     config = cls(**values)
-    check_field_types(config)  # TrainConfig checks itself; SFTConfig, DemoConfig ... here
+    check_config(config)  # TrainConfig checks itself; SFTConfig, DemoConfig ... here
     return config
 
 

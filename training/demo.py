@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from training.config import bounded, check_config
 from training.serialization import WMContext
 
 
@@ -48,15 +49,15 @@ class DemoConfig:
     """Tiny model size: nano, micro or mini."""
     expert_episodes: int = 1000
     """Expert episodes recorded for the tokenizer, pretraining and SFT."""
-    expert_epsilon: float = 0.5
+    expert_epsilon: float = bounded(0.5, 0, 1, what="a probability")
     """Chance of a random admissible action at each demo step (imperfect demos; all episodes,
     won or not, are then imitated)."""
-    pretrain_steps: int = 800
+    pretrain_steps: int = bounded(800, 0)
     """Next-token pretraining steps on the demo transcripts h ⊕ a ⊕ o_next (0: none); see
     :mod:`training.pretrain`."""
     pretrain_lr: float = 1e-3
     """Pretraining learning rate."""
-    sft_epochs: int = 0
+    sft_epochs: int = bounded(0, 0)
     """SFT passes over the expert transitions (0: RL starts from the base model)."""
     sft_lr: float = 3e-3
     """SFT learning rate."""
@@ -96,10 +97,10 @@ class DemoConfig:
     seeds 0–9 (``benchmarks/demo_stability.py``)."""
     max_obs_tokens: int = 128
     """Observation tokens kept as the world-model target (shorter: faster CPU updates)."""
-    train_pool: int = 1_000_000
+    train_pool: int = bounded(1_000_000, 1)
     """RL draws its tasks from the train-split seeds [0, train_pool) (the WebShop settings use
     a small fixed pool: the nano model does not generalise there, see docs/training.md)."""
-    pool_eval_repeats: int = 1
+    pool_eval_repeats: int = bounded(1, 1)
     """Episodes per pool goal in the before/after table of the training pool (its first
     ``eval_episodes`` goals)."""
     eval_episodes: int = 200
@@ -242,15 +243,7 @@ def check_demo_config(config: DemoConfig) -> None:
     """``ValueError`` naming the bad setting and what is accepted, before any work (the RL
     stage's settings are checked by :class:`~training.config.TrainConfig`, under the demo's
     names)."""
-    if config.train_pool < 1 or config.pool_eval_repeats < 1:
-        raise ValueError(f"train_pool ({config.train_pool}) and pool_eval_repeats "
-                         f"({config.pool_eval_repeats}) must be at least 1")
-    if not 0 <= config.expert_epsilon <= 1:
-        raise ValueError(f"expert_epsilon={config.expert_epsilon} must be a probability in "
-                         "[0, 1]")
-    if config.pretrain_steps < 0 or config.sft_epochs < 0:
-        raise ValueError(f"pretrain_steps ({config.pretrain_steps}) and sft_epochs "
-                         f"({config.sft_epochs}) must be >= 0")
+    check_config(config)
     try:
         rl_config(config, Path(config.output_dir) / "base-model",
                   Path(config.output_dir) / "rl")

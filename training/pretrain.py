@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
+from training.config import bounded, check_config
 from training.serialization import Serialized, WMContext
 
 
@@ -46,13 +47,13 @@ class PretrainConfig:
     """WMReplay directory whose (h, a, o_next) records are the corpus."""
     output_dir: str = "runs/base-model"
     """Where the pretrained model and its tokenizer are saved."""
-    steps: int = 600
+    steps: int = bounded(600, 1)
     """Optimizer steps."""
-    batch_size: int = 16
+    batch_size: int = bounded(16, 1)
     """Transcripts per optimizer step."""
-    lr: float = 3e-3
+    lr: float = bounded(3e-3, 0, low_open=True)
     """AdamW learning rate (a tiny random model needs a large one)."""
-    max_seq_len: int = 1024
+    max_seq_len: int = bounded(1024, 1)
     """Longest transcript row; the observation is cut first, then the prompt from the left."""
     wm_context: WMContext = "next_turn"
     """Where o_next follows the action in the transcripts (``training.serialization``; the
@@ -63,12 +64,20 @@ class PretrainConfig:
     per episode, its whole chat transcript as :class:`agents.TranscriptAgent` plays it (for
     trainers that train on transcripts, e.g. :mod:`paw_gym.integrations.trl`; needs
     ``wm_context: next_turn``, rows longer than ``max_seq_len`` keep their beginning)."""
-    seed: int = 0
+    seed: int = bounded(0, 0, 2**32, high_open=True)
     """Shuffling seed."""
     device: str | None = None
     """cpu, cuda ... (None: CUDA when available)."""
     progress: bool = True
     """Show a progress bar."""
+
+    def __post_init__(self) -> None:
+        check_config(self)
+
+    def _check_relations(self) -> None:
+        if self.rows == "episode" and self.wm_context != "next_turn":
+            raise ValueError(f"rows='episode' writes environment turns as the next chat turn; "
+                             f"wm_context={self.wm_context!r} needs rows='transition'")
 
 
 def transcript_parts(policy, transitions, max_seq_len: int,
@@ -161,14 +170,7 @@ def run_pretrain(config: PretrainConfig) -> tuple[Path, list[dict[str, Any]]]:
 
     from agents.hf_policy import HFPolicy
 
-    if config.steps < 1 or config.batch_size < 1:
-        raise ValueError(f"steps ({config.steps}) and batch_size ({config.batch_size}) must be "
-                         f">= 1")
-    if config.rows not in ("transition", "episode"):
-        raise ValueError(f"rows={config.rows!r} is invalid; expected transition | episode")
-    if config.rows == "episode" and config.wm_context != "next_turn":
-        raise ValueError(f"rows='episode' writes environment turns as the next chat turn; "
-                         f"wm_context={config.wm_context!r} needs rows='transition'")
+    check_config(config)  # a config changed after it was made
     torch.manual_seed(config.seed)
     policy = HFPolicy(config.model, device=config.device, dtype="auto", seed=config.seed)
     model = policy.model.eval()  # no dropout (the tiny models have none)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from training.config import bounded, check_config
+
 # torch and the batching code are imported inside the functions: ``paw-gym`` imports this
 # module (for SFTConfig) when it builds its parser, and must stay quick to start.
 
@@ -32,21 +34,21 @@ class SFTConfig:
     before the model loads)."""
     successful_only: bool = True
     """Train only on episodes that were won."""
-    epochs: int = 3
+    epochs: int = bounded(3, 1)
     """Passes over the transitions."""
-    lr: float = 1e-3
+    lr: float = bounded(1e-3, 0, what="a learning rate")
     """AdamW learning rate (a tiny random model needs a large one; use ~1e-5 for a hub model)."""
-    weight_decay: float = 0.0
+    weight_decay: float = bounded(0.0, 0)
     """AdamW weight decay."""
-    token_budget: int = 8192
+    token_budget: int = bounded(8192, 1)
     """Padded tokens per optimizer step."""
-    max_seq_len: int = 2048
+    max_seq_len: int = bounded(2048, 1)
     """Longest prompt + action row (the prompt is cut from the left)."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = bounded(1.0, 0, low_open=True)
     """Gradient clipping norm."""
     lora: bool = False
     """Train a LoRA adapter instead of all weights."""
-    lora_r: int = 16
+    lora_r: int = bounded(16, 1)
     """LoRA rank."""
     lora_alpha: int = 32
     """LoRA scaling numerator."""
@@ -54,7 +56,7 @@ class SFTConfig:
                                                                     "o_proj", "gate_proj",
                                                                     "up_proj", "down_proj"])
     """Module names that get adapters."""
-    seed: int = 0
+    seed: int = bounded(0, 0, 2**32, high_open=True)
     """Shuffling and initialisation seed."""
     device: str | None = None
     """cpu, cuda ... (None: CUDA when available)."""
@@ -63,20 +65,7 @@ class SFTConfig:
 
     def __post_init__(self) -> None:
         """Raise ValueError naming the bad value, before any model or replay is read."""
-        from training.config import check_field_types
-
-        check_field_types(self)
-        for name, ok, allowed in [
-                ("epochs", self.epochs >= 1, "an integer >= 1"),
-                ("lr", self.lr >= 0, "a learning rate >= 0"),
-                ("weight_decay", self.weight_decay >= 0, "a number >= 0"),
-                ("token_budget", self.token_budget >= 1, "an integer >= 1"),
-                ("max_seq_len", self.max_seq_len >= 1, "an integer >= 1"),
-                ("max_grad_norm", self.max_grad_norm > 0, "a number > 0"),
-                ("lora_r", self.lora_r >= 1, "an integer >= 1"),
-                ("seed", 0 <= self.seed < 2**32, "an integer in [0, 2**32)")]:
-            if not ok:
-                raise ValueError(f"{name}={getattr(self, name)!r} is invalid; expected {allowed}")
+        check_config(self)
 
 
 def load_examples(policy, replay_dir: str | Path, successful_only: bool, max_seq_len: int):

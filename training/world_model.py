@@ -73,6 +73,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
+from training.config import bounded
+from training.config import check_config as check_fields
 from training.serialization import WMContext
 
 # torch, transformers and sentence-transformers are imported inside the functions: the CLI
@@ -80,7 +82,6 @@ from training.serialization import WMContext
 
 #: Cosine threshold of the embedding reward with all-MiniLM-L6-v2 (see benchmarks/rwml_tau.py).
 DEFAULT_TAU = 0.95
-METHODS = ("rwml", "sft", "cmae")
 RECORD_AGENTS = ("expert", "random", "policy")
 OBSERVATION_STOP = "</observation>"
 #: How the train/validation split keys episodes (written to wm_config.json, checked by eval-wm).
@@ -113,59 +114,59 @@ class WorldModelConfig:
     overwrite: bool = False
     """Replace what an earlier paw-gym command wrote in ``output_dir`` (refused otherwise;
     ``paw-gym train-wm`` checks it before recording or loading anything)."""
-    val_fraction: float = 0.1
+    val_fraction: float = bounded(0.1, 0, 1, high_open=True)
     """Share of the episodes held out for validation (by a seeded hash of the episode's
     transitions)."""
-    seed: int = 0
+    seed: int = bounded(0, 0, 2**32, high_open=True)
     """Seed of the split, the shuffling, the sampling and the easy filter."""
-    steps: int = 100
+    steps: int = bounded(100, 1)
     """Optimizer steps."""
-    batch_size: int = 8
+    batch_size: int = bounded(8, 1)
     """Examples (prompts) per optimizer step."""
-    lr: float = 1e-5
+    lr: float = bounded(1e-5, 0, low_open=True)
     """AdamW learning rate (the paper: 1e-6 for a 7B model; a tiny model needs ~1e-3)."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = bounded(1.0, 0, low_open=True)
     """Gradient clipping norm."""
-    max_seq_len: int = 2048
+    max_seq_len: int = bounded(2048, 1)
     """Longest prompt + answer in tokens (the prompt is cut from the left)."""
     reward: str = "embedding"
     """rwml reward: embedding, rouge, exact or module:function (a callable
     f(prediction, target) -> float)."""
-    tau: float = DEFAULT_TAU
+    tau: float = bounded(DEFAULT_TAU, -1, 1, what="a cosine")
     """Cosine threshold of the embedding reward (1 if cos >= tau, else 0)."""
     embedding_model: str = "all-MiniLM-L6-v2"
     """sentence-transformers model of the embedding reward (a name or a folder)."""
-    group_size: int = 8
+    group_size: int = bounded(8, 1)
     """rwml: answers sampled per prompt (K)."""
-    temperature: float = 1.0
+    temperature: float = bounded(1.0, 0)
     """rwml: sampling temperature."""
-    max_new_tokens: int = 256
+    max_new_tokens: int = bounded(256, 1)
     """rwml: token budget of an answer."""
-    clip_eps: float = 0.2
+    clip_eps: float = bounded(0.2, 0, low_open=True)
     """rwml: PPO clip range."""
-    kl_coef: float = 0.001
+    kl_coef: float = bounded(0.001, 0)
     """rwml: weight of the k3 KL to the reference model (0: no reference pass)."""
-    rho: float = 0.2
+    rho: float = bounded(0.2, 0, 1, what="a probability")
     """cmae: confidence threshold (tokens with p > rho get no loss)."""
     wm_context: WMContext = "next_turn"
     """cmae: where o_next follows the action (the PaW term's ``wm_context``)."""
     easy_filter: bool = True
     """rwml: drop most "too easy" training examples before RL (see the module docstring)."""
-    easy_sft_fraction: float = 0.1
+    easy_sft_fraction: float = bounded(0.1, 0, 1, low_open=True)
     """Share of the training examples the filter's SFT predictor is trained on."""
-    easy_sft_steps: int = 50
+    easy_sft_steps: int = bounded(50, 0)
     """Optimizer steps of the filter's SFT predictor."""
-    easy_sft_lr: float = 1e-5
+    easy_sft_lr: float = bounded(1e-5, 0)
     """Learning rate of the filter's SFT predictor."""
-    easy_samples: int = 10
+    easy_samples: int = bounded(10, 1)
     """Answers the predictor samples per training example."""
     easy_threshold: float = 1.0
     """An example whose mean reward over the samples is >= this is easy."""
-    easy_keep_prob: float = 0.1
+    easy_keep_prob: float = bounded(0.1, 0, 1, what="a probability")
     """Probability of keeping an easy example."""
     lora: bool = False
     """Train a LoRA adapter instead of all weights."""
-    lora_r: int = 16
+    lora_r: int = bounded(16, 1)
     """LoRA rank."""
     lora_alpha: int = 32
     """LoRA scaling numerator."""
@@ -173,11 +174,11 @@ class WorldModelConfig:
                                                                     "o_proj", "gate_proj",
                                                                     "up_proj", "down_proj"])
     """Module names that get adapters."""
-    token_budget: int = 8192
+    token_budget: int = bounded(8192, 1)
     """Padded tokens per micro-batch (gradient accumulation beyond it)."""
     device: str | None = None
     """cpu, cuda ... (None: CUDA when available)."""
-    log_every: int = 1
+    log_every: int = bounded(1, 1)
     """Print a metrics line every this many steps."""
     progress: bool = True
     """Show a progress bar."""
@@ -639,37 +640,16 @@ def record_replay(env_id: str, agent_name: str, episodes: int, out_dir: str | Pa
 
 
 def check_config(config: WorldModelConfig) -> None:
-    """``ValueError`` (one line, naming the value and what is accepted) for a bad setting."""
-    from training.config import check_field_types
-
-    check_field_types(config)  # types, choices and finite numbers
-    if config.method not in METHODS:
-        raise ValueError(f"--method {config.method!r} is not one of {', '.join(METHODS)}")
-    positive = {"steps": config.steps, "batch_size": config.batch_size,
-                "max_new_tokens": config.max_new_tokens, "max_seq_len": config.max_seq_len,
-                "token_budget": config.token_budget, "log_every": config.log_every}
-    for name, value in positive.items():
-        if value < 1:
-            raise ValueError(f"--{name} must be >= 1, got {value}")
+    """``ValueError`` (one line, naming the value and what is accepted) for a bad setting:
+    :func:`training.config.check_config` (types, choices, each field's bounds), then what goes
+    with ``method``."""
+    check_fields(config)
     if config.method == "rwml" and config.group_size < 2:
-        raise ValueError(f"--group_size must be >= 2 for rwml (GRPO compares the answers of a "
-                         f"group), got {config.group_size}")
-    if not 0.0 <= config.val_fraction < 1.0:
-        raise ValueError(f"--val_fraction must be in [0, 1), got {config.val_fraction}")
-    if not -1.0 <= config.tau <= 1.0:
-        raise ValueError(f"--tau must be a cosine in [-1, 1], got {config.tau}")
-    if config.lr <= 0:
-        raise ValueError(f"--lr must be > 0, got {config.lr}")
+        raise ValueError(f"group_size={config.group_size} is invalid; expected an integer >= 2 "
+                         f"for rwml (GRPO compares the answers of a group)")
     if config.temperature <= 0 and config.method == "rwml":
-        raise ValueError(f"--temperature must be > 0 for rwml (GRPO samples), got "
-                         f"{config.temperature}")
-    if not 0.0 <= config.easy_keep_prob <= 1.0 or not 0.0 < config.easy_sft_fraction <= 1.0:
-        raise ValueError("--easy_keep_prob must be in [0, 1] and --easy_sft_fraction in (0, 1], "
-                         f"got {config.easy_keep_prob} and {config.easy_sft_fraction}")
-    if config.easy_samples < 1:
-        raise ValueError(f"--easy_samples must be >= 1, got {config.easy_samples}")
-    if not 0.0 <= config.rho <= 1.0:  # a negative threshold clips every token: nothing trains
-        raise ValueError(f"--rho must be a probability in [0, 1], got {config.rho}")
+        raise ValueError(f"temperature={config.temperature} is invalid; expected a number > 0 "
+                         f"for rwml (GRPO samples)")
     make_reward(config.reward, config.tau, config.embedding_model)  # raises for a bad name
 
 

@@ -60,6 +60,7 @@ from trl import GRPOConfig, GRPOTrainer
 from agents.sampling import DEFAULT_STOP
 from agents.transcript import TRANSCRIPT_TEMPLATE, EpisodeSequence, TranscriptAgent
 from agents.types import Trajectory
+from training.config import Bounds, check_bounds
 from training.losses import WM_LOSS_KINDS, select_by_entropy, wm_token_loss
 from training.objective import wm_weights
 from training.rollout_batch import entropy_score, lambda_return, lambdas_of_returns
@@ -249,6 +250,11 @@ def task_seed(prompt: Any) -> int:
     return int(message[TASK_SEED])
 
 
+#: PaWGRPOConfig's ranges (as TrainConfig's own fields declare them).
+PAW_BOUNDS = {"alpha": Bounds(0, 1, low_open=True), "rho": Bounds(0, 1),
+              "r_max": Bounds(0, low_open=True), "max_obs_tokens": Bounds(1)}
+
+
 @dataclass
 class PaWGRPOConfig(GRPOConfig):
     """TRL's ``GRPOConfig`` plus PaW's world-model term (defaults: the paper's and the native
@@ -279,19 +285,14 @@ class PaWGRPOConfig(GRPOConfig):
         if self.bf16 is None and not self.fp16 and not torch.cuda.is_available():
             self.bf16 = False  # TRL's default (bf16) refuses a machine without a GPU
         super().__post_init__()
-        checks = [
-            ("wm_loss", self.wm_loss in WM_LOSS_KINDS, " | ".join(WM_LOSS_KINDS)),
-            ("alpha", 0.0 < self.alpha <= 1.0, "a number in (0, 1]"),
-            ("entropy_score", self.entropy_score in ("full", "sampled"), "full | sampled"),
-            ("rho", 0.0 < self.rho <= 1.0, "a number in (0, 1]"),
-            ("r_max", math.isfinite(self.r_max) and self.r_max > 0, "a positive number"),
-            ("lambda_return", self.lambda_return in ("task", "total"), "task | total"),
-            ("max_obs_tokens", self.max_obs_tokens is None or self.max_obs_tokens >= 1,
-             "an integer >= 1 or None"),
-        ]
-        for name, ok, accepted in checks:
-            if not ok:
-                raise ValueError(f"{name}={getattr(self, name)!r} is invalid; expected {accepted}")
+        for name, choices in (("wm_loss", WM_LOSS_KINDS), ("entropy_score", ("full", "sampled")),
+                              ("lambda_return", ("task", "total"))):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name}={getattr(self, name)!r} is invalid; expected "
+                                 + " | ".join(choices))
+        if not math.isfinite(self.r_max):
+            raise ValueError(f"r_max={self.r_max!r} is invalid; expected a number (finite)")
+        check_bounds(self, PAW_BOUNDS)  # not in field metadata: TRL's parser reads that
         if self.paw and self.temperature != 1.0:
             raise ValueError(f"temperature={self.temperature!r} with paw: TRL scores every "
                              f"completion token at the sampling temperature, and the WM term "

@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from training.config import bounded
+
 
 @dataclass
 class TinyModelArguments:
@@ -17,7 +19,7 @@ class TinyModelArguments:
     """Env ids to take text from (--env A --env B, or --env A,B); none: only the templates."""
     size: Literal["nano", "micro", "mini"] = "nano"
     """nano ~1M, micro ~5M, mini ~20M parameters."""
-    episodes: int = 16
+    episodes: int = bounded(16, 1)
     """Tasks per env and per agent (random, expert)."""
     max_steps: int = 15
     """Step cap per episode."""
@@ -26,13 +28,13 @@ class TinyModelArguments:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Constructor arguments for the envs: key=value[,key=value] or a YAML mapping, e.g.
     split=test."""
-    pretrain_steps: int = 0
+    pretrain_steps: int = bounded(0, 0)
     """Then pretrain the model (next-token, every token of h ⊕ a ⊕ o_next) this many steps on
     --pretrain_episodes noisy-expert episodes per env, so that it reads its prompt
     (training.pretrain); 0: random weights."""
-    pretrain_episodes: int = 1000
+    pretrain_episodes: int = bounded(1000, 1)
     """Episodes per env recorded for pretraining."""
-    epsilon: float = 0.5
+    epsilon: float = bounded(0.5, 0, 1, what="a probability")
     """Chance of a random admissible action at each pretraining-episode step (the rest follow
     the env's expert)."""
     imports: list[str] = field(default_factory=list, metadata={"aliases": ["--import"]})
@@ -67,15 +69,8 @@ def run(args) -> int:
             raise UserError(f"--import {module}: {error}") from None
     for env_id in arguments.envs:
         check_env(env_id, arguments.env_kwargs)
-    if arguments.episodes < 1:
-        raise UserError(f"--episodes must be >= 1, got {arguments.episodes}")
-    if arguments.pretrain_steps < 0 or arguments.pretrain_episodes < 1:
-        raise UserError(f"--pretrain-steps must be >= 0 and --pretrain-episodes >= 1, got "
-                        f"{arguments.pretrain_steps} and {arguments.pretrain_episodes}")
     if arguments.pretrain_steps and not arguments.envs:
         raise UserError("--pretrain-steps needs at least one --env to take episodes from")
-    if not 0.0 <= arguments.epsilon <= 1.0:
-        raise UserError(f"--epsilon must be a probability in [0, 1], got {arguments.epsilon}")
     claim_output_folder(arguments.out, "build-tiny-model", arguments.overwrite, flag="--out")
 
     from agents.corpus import env_texts, template_texts

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 AGENTS = ("policy", "react", "reflexion", "random", "expert")
 
+from training.config import bounded
+
 
 @dataclass
 class EvalArguments:
@@ -41,9 +43,9 @@ class EvalArguments:
     """Task i is reset with seed + i; also seeds the sampling."""
     temperature: float | None = None
     """Sampling temperature (default: 0.4, search QA 0.0, as the paper validates)."""
-    max_new_tokens: int | None = None
+    max_new_tokens: int | None = bounded(None, 1)
     """Token budget per action (default: the checkpoint's, else 512)."""
-    max_steps: int | None = None
+    max_steps: int | None = bounded(None, 1)
     """Per-episode step limit on top of the env's (default: the checkpoint's
     max_episode_steps)."""
     history_length: str | None = None
@@ -51,9 +53,9 @@ class EvalArguments:
     the env's preset)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Env constructor arguments, merged over the checkpoint's."""
-    trials: int = 1
+    trials: int = bounded(1, 1)
     """Reflexion trials per task."""
-    num_env_workers: int = 0
+    num_env_workers: int = bounded(0, 0)
     """Env worker processes (0: envs step in this process; 2 halves ALFWorld's env time on
     2 cores)."""
     device: str | None = None
@@ -67,7 +69,7 @@ class EvalArguments:
     save_trajectories: bool = False
     """Also write every episode (prompt, raw output, parsed action, observation, reward per
     step) to <name>.trajectories.jsonl."""
-    show: int = 0
+    show: int = bounded(0, 0)
     """Print the first N episodes step by step (what the model wrote and what was parsed)."""
     replay: str | None = None
     """Also append every transition to this WM replay folder (the schema of expert demos and
@@ -112,10 +114,6 @@ def resolve_settings(arguments: EvalArguments, trained: dict[str, Any]) -> dict[
     env_id = arguments.env or trained.get("env_id")
     if not env_id:
         raise ValueError("give --env (or a trainer --checkpoint, whose env is used)")
-    for flag, value in (("max_steps", arguments.max_steps),
-                        ("max_new_tokens", arguments.max_new_tokens)):
-        if value is not None and value < 1:  # (--limit and --repeats: plan_evaluation checks)
-            raise ValueError(f"--{flag} {value} is invalid; expected an integer >= 1 or none")
     # A checkpoint's settings describe its own env only: evaluated on another env, it gets
     # that env's defaults.
     same_env = env_id == trained.get("env_id")

@@ -29,6 +29,8 @@ from typing import Literal
 from training.serialization import WMContext
 from training.world_model import DEFAULT_TAU
 
+from training.config import bounded
+
 
 @dataclass
 class EvalWMArguments:
@@ -51,21 +53,21 @@ class EvalWMArguments:
     or the trainer's config, else next_turn)."""
     split: Literal["validation", "train", "all"] = "validation"
     """Transitions to evaluate: the held-out episodes, the training ones, or all."""
-    val_fraction: float | None = None
+    val_fraction: float | None = bounded(None, 0, 1, high_open=True)
     """Held-out share of the episodes (default: the train-wm checkpoint's, else 0.1)."""
     split_seed: int | None = None
     """Seed of the episode split (default: the train-wm checkpoint's seed, else 0)."""
-    limit: int | None = None
+    limit: int | None = bounded(None, 1)
     """Evaluate only the first N transitions of the split."""
-    samples: int = 8
+    samples: int = bounded(8, 1)
     """Answers sampled per transition (a GRPO group)."""
-    temperature: float = 1.0
+    temperature: float = bounded(1.0, 0)
     """Sampling temperature (0: greedy)."""
-    max_new_tokens: int = 256
+    max_new_tokens: int = bounded(256, 1)
     """Token budget of an answer."""
     seed: int = 0
     """Sampling seed."""
-    tau: float = DEFAULT_TAU
+    tau: float = bounded(DEFAULT_TAU, -1, 1, what="a cosine")
     """Cosine threshold of the embedding reward."""
     embedding_model: str = "all-MiniLM-L6-v2"
     """sentence-transformers model that embeds the observations."""
@@ -152,15 +154,6 @@ def evaluate_world_model(arguments: EvalWMArguments) -> int:
                                       table_markdown, write_predictions, write_wm_tables)
 
     check_file_name(arguments.name, "--name")
-    if not -1.0 <= arguments.tau <= 1.0:
-        raise UserError(f"--tau must be a cosine in [-1, 1], got {arguments.tau}")
-    if arguments.samples < 1 or arguments.max_new_tokens < 1:
-        raise UserError(f"--samples and --max_new_tokens must be >= 1, got {arguments.samples} "
-                        f"and {arguments.max_new_tokens}")
-    if arguments.limit is not None and arguments.limit < 1:
-        raise UserError(f"--limit must be >= 1, got {arguments.limit}")
-    if arguments.temperature < 0:
-        raise UserError(f"--temperature must be >= 0, got {arguments.temperature}")
     trained = trained_wm_settings(arguments.checkpoint)
     if trained and trained["split_key"] != SPLIT_KEY and arguments.split != "all":
         raise UserError(f"--checkpoint {arguments.checkpoint!r} was trained by an earlier train-wm "

@@ -17,6 +17,8 @@ TaskType = Literal["pick_and_place_simple", "look_at_obj_in_light",
                    "pick_clean_then_place_in_recep", "pick_heat_then_place_in_recep",
                    "pick_cool_then_place_in_recep", "pick_two_obj_and_place"]
 
+from training.config import bounded
+
 
 #: Games per task type and split beyond which a generation would run for days.
 MAX_PER_TYPE = 100_000
@@ -28,7 +30,7 @@ class GenAlfworldArguments:
 
     out: str
     """Data root to write (json_2.1.1/... under it)."""
-    per_type: int = 5
+    per_type: int = bounded(5, 1, MAX_PER_TYPE, note="games per task type and split; the official data has about 600 per type in train, and each game takes seconds")
     """Games per task type and split."""
     seed: int = 0
     """Random seed."""
@@ -61,10 +63,6 @@ def run(args) -> int:
         from paw_gym.alfworld.generate import GenerationConfig, generate, split_dir
     except ImportError as error:  # the [alfworld] extra is missing
         raise UserError(f"{error}; install it with: pip install 'paw-gym[alfworld]'") from error
-    if not 1 <= arguments.per_type <= MAX_PER_TYPE:
-        raise UserError(f"--per_type must be between 1 and {MAX_PER_TYPE:,} games per task type "
-                        f"and split (the official data has about 600 per type in train; each "
-                        f"game takes seconds), got {arguments.per_type:,}")
     config = GenerationConfig(out=Path(arguments.out), per_type=arguments.per_type,
                               seed=arguments.seed, splits=tuple(arguments.splits),
                               task_types=tuple(arguments.task_types), progress=arguments.progress)

@@ -13,6 +13,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from training.config import bounded
+
 
 #: More episodes than this would run for days and print a table nobody reads.
 MAX_EPISODES = 1_000_000
@@ -26,7 +28,7 @@ class PlayArguments:
     """Registered env id (see `paw-gym envs`)."""
     agent: Literal["expert", "random"] = "expert"
     """expert (the env's scripted expert) or random (uniform over the admissible actions)."""
-    episodes: int = 3
+    episodes: int = bounded(3, 1, MAX_EPISODES, note="a scripted episode takes milliseconds to seconds")
     """Episodes to play (task seeds seed .. seed+episodes-1)."""
     seed: int = 0
     """Seed of the first episode's task."""
@@ -59,9 +61,6 @@ def run(args) -> int:
 
     arguments = arguments_from(args, PlayArguments)
     check_env(arguments.env, arguments.env_kwargs)
-    if not 1 <= arguments.episodes <= MAX_EPISODES:
-        raise UserError(f"--episodes must be between 1 and {MAX_EPISODES:,} (a scripted episode "
-                        f"takes milliseconds to seconds), got {arguments.episodes:,}")
     try:
         env = make_agent_env(arguments.env, **arguments.env_kwargs)
     except (TypeError, ValueError, FileNotFoundError) as error:  # bad kwargs or missing data
