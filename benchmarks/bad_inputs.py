@@ -382,6 +382,10 @@ def cases() -> list[Case]:
                                                          "--replay", "."), "group_size=1"),
         Case("train-wm", "--val_fraction 1", cli("train-wm", "--val_fraction", "1",
                                                  "--replay", "."), "val_fraction=1.0"),
+        Case("train config", "empty file", train_yaml(""), "the config file is empty"),
+        Case("train-wm", "--reward os:system", cli("train-wm", "--reward", "os:system",
+                                                   "--replay", "."),
+             "cannot be called as reward(prediction, target)"),
         # -- paw-gym serve-env --------------------------------------------------------------
         Case("serve-env", "--port 70000", cli("serve-env", "--env", "PaW/Shelf-v0", "--port",
                                               "70000"), "0-65535"),

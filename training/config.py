@@ -652,13 +652,15 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         if not path.is_file():
             raise FileNotFoundError(f"config file {str(path)!r} does not exist")
         try:
-            loaded = yaml.load(path.read_text(encoding="utf-8"),
-                               Loader=_unique_key_loader()) or {}
+            loaded = yaml.load(path.read_text(encoding="utf-8"), Loader=_unique_key_loader())
         except yaml.YAMLError as error:
             mark = getattr(error, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
             problem = getattr(error, "problem", None) or str(error).splitlines()[0]
             raise ValueError(f"{path}: not valid YAML{where} ({problem})") from None
+        if loaded is None:  # a file by mistake empty would otherwise run every default
+            raise ValueError(f"{path}: the config file is empty; give at least model and "
+                             f"env_id as field: value lines")
         if not isinstance(loaded, dict):
             raise ValueError(f"{path}: expected a mapping of field: value, got {type(loaded).__name__}")
         values.update({k: expand_variables(v, f"{path}: {k}") for k, v in loaded.items()})

@@ -392,6 +392,15 @@ def make_reward(name: str, tau: float = DEFAULT_TAU,
                          "exact or module:function of an importable callable") from None
     if not callable(function):
         raise ValueError(f"reward {name!r} is not callable")
+    import inspect
+
+    try:
+        inspect.signature(function).bind("prediction", "target")
+    except TypeError as error:  # e.g. os:system, which takes one argument
+        raise ValueError(f"reward {name!r} cannot be called as reward(prediction, target) "
+                         f"({error})") from None
+    except ValueError:  # a builtin without a signature: its first call will tell
+        pass
     return function
 
 
