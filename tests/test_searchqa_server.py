@@ -174,7 +174,7 @@ def test_a_port_in_use_is_an_os_error_and_the_command_says_it_in_one_line(server
     assert err == (f"paw-gym serve-retriever: error: cannot serve on --host 127.0.0.1 --port "
                    f"{server.port}: Address already in use")
     assert main(["serve-retriever", "--port", "70000"]) == 2
-    assert "--port 70000: a TCP port is 0-65535" in capsys.readouterr().err
+    assert "port=70000 is invalid; expected a TCP port in [0, 65,535]" in capsys.readouterr().err
 
 
 def test_export_corpus_keeps_an_existing_file_unless_overwrite(tmp_path, capsys):

@@ -291,9 +291,9 @@ def test_cli_bind_and_argument_errors_are_one_line(server, capsys):
     assert err == (f"paw-gym serve-env: error: cannot serve on --host 127.0.0.1 --port "
                    f"{server.port}: Address already in use")
     assert main(["serve-env", "--env", "PaW/Shelf-v0", "--port", "70000"]) == 2
-    assert "--port 70000: a TCP port is 0-65535" in capsys.readouterr().err
+    assert "port=70000 is invalid; expected a TCP port in [0, 65,535]" in capsys.readouterr().err
     assert main(["serve-env", "--env", "PaW/Shelf-v0", "--max_sessions", "0"]) == 2
-    assert "--max_sessions must be an integer >= 1, got 0" in capsys.readouterr().err
+    assert "max_sessions=0 is invalid; expected an integer >= 1" in capsys.readouterr().err
     assert main(["serve-env", "--env", "PaW/Shelff-v0", "--port", "0"]) == 2
     assert "Did you mean: `Shelf`?" in capsys.readouterr().err
     assert main(["serve-env", "--env", "FrozenLake-v1", "--port", "0"]) == 2

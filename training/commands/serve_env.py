@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from training.config import bounded
+
 
 @dataclass
 class ServeEnvArguments:
@@ -28,15 +30,15 @@ class ServeEnvArguments:
     host: str = "127.0.0.1"
     """Interface to bind (default: loopback only; 0.0.0.0 serves other machines, with no
     authentication)."""
-    port: int = 8001
+    port: int = bounded(8001, 0, 65535, what="a TCP port", note="0 picks a free one")
     """TCP port (0 picks a free one; the default is serve-retriever's 8000 plus one, so both
     run side by side)."""
-    max_sessions: int = 64
+    max_sessions: int = bounded(64, 1)
     """Sessions at once, each with its own env; one more client is refused (OpenEnv's
     CAPACITY_REACHED)."""
-    idle_timeout: float = 600.0
+    idle_timeout: float = bounded(600.0, 0, low_open=True)
     """Seconds a session may wait for its client's next request before it ends."""
-    max_message_bytes: int = 1 << 20
+    max_message_bytes: int = bounded(1 << 20, 1)
     """Largest request a client may send (bytes)."""
 
 
@@ -58,8 +60,6 @@ def run(args) -> int:
     from training.cli import UserError, arguments_from
 
     arguments = arguments_from(args, ServeEnvArguments)
-    if not 0 <= arguments.port <= 65535:
-        raise UserError(f"--port {arguments.port}: a TCP port is 0-65535 (0 picks a free one)")
     try:
         from paw_gym.remote import BindError, EnvServer, ServerLimits
     except ImportError as error:

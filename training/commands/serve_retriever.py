@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from training.config import bounded
+
 
 @dataclass
 class ServeRetrieverArguments:
@@ -39,11 +41,11 @@ class ServeRetrieverArguments:
     """Torch device of the dense encoder."""
     host: str = "127.0.0.1"
     """Interface to bind (default: loopback only)."""
-    port: int = 8000
+    port: int = bounded(8000, 0, 65535, what="a TCP port", note="0 picks a free one")
     """TCP port (0 picks a free one)."""
-    topk: int = 3
+    topk: int = bounded(3, 1)
     """topk when a request leaves it out."""
-    max_body_bytes: int = 1 << 20
+    max_body_bytes: int = bounded(1 << 20, 1)
     """Largest request body."""
     export_corpus: str | None = None
     """Also write the served passages to this .jsonl (e.g. the embedded corpus)."""
@@ -70,8 +72,6 @@ def run(args) -> int:
     from training.cli import UserError, arguments_from, claim_output_files
 
     arguments = arguments_from(args, ServeRetrieverArguments)
-    if not 0 <= arguments.port <= 65535:
-        raise UserError(f"--port {arguments.port}: a TCP port is 0-65535 (0 picks a free one)")
     if arguments.export_corpus:
         claim_output_files([Path(arguments.export_corpus)], arguments.overwrite,
                            "--export_corpus", "--export_corpus")
