@@ -48,6 +48,7 @@ normalisation are TRL's.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
@@ -60,7 +61,7 @@ from trl import GRPOConfig, GRPOTrainer
 from agents.sampling import DEFAULT_STOP
 from agents.transcript import TRANSCRIPT_TEMPLATE, EpisodeSequence, TranscriptAgent
 from agents.types import Trajectory
-from training.config import Bounds, check_bounds
+from training.config import TrainConfig, check_bounds
 from training.losses import WM_LOSS_KINDS, select_by_entropy, wm_token_loss
 from training.objective import wm_weights
 from training.rollout_batch import entropy_score, lambda_return, lambdas_of_returns
@@ -250,9 +251,9 @@ def task_seed(prompt: Any) -> int:
     return int(message[TASK_SEED])
 
 
-#: PaWGRPOConfig's ranges (as TrainConfig's own fields declare them).
-PAW_BOUNDS = {"alpha": Bounds(0, 1, low_open=True), "rho": Bounds(0, 1),
-              "r_max": Bounds(0, low_open=True), "max_obs_tokens": Bounds(1)}
+#: PaWGRPOConfig's ranges: those TrainConfig's own fields declare.
+PAW_BOUNDS = {item.name: item.metadata["bounds"] for item in dataclasses.fields(TrainConfig)
+              if item.name in ("alpha", "rho", "r_max", "max_obs_tokens")}
 
 
 @dataclass
