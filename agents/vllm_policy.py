@@ -17,11 +17,31 @@ import math
 import random
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from agents.chat import ChatEncoder, check_sampling_args
 from agents.sampling import DEFAULT_STOP, cut_at_stop
 from agents.types import PolicyOutput
+
+#: The bytes of weights sent to the engine per call of :meth:`VLLMPolicy.load_weights`.
+WEIGHT_CHUNK_BYTES = 256 * 2**20
+
+
+class WeightLoader:
+    """Mixed into vLLM's workers (the engine's ``worker_extension_cls``): loads named tensors
+    into the engine's model, for :meth:`VLLMPolicy.load_weights`.
+
+    Tensors travel as ``(name, dtype, shape, bytes)``: vLLM's RPC decodes a tensor argument only
+    where the method's signature types it, which an extension's method cannot declare."""
+
+    def paw_load_weights(self, chunk: list) -> int:
+        import torch
+
+        weights = [(name, torch.frombuffer(bytearray(data), dtype=torch.uint8)
+                    .view(getattr(torch, dtype)).reshape(shape))
+                   for name, dtype, shape, data in chunk]
+        self.model_runner.model.load_weights(weights=weights)
+        return len(weights)
 
 
 class VLLMPolicy:
@@ -37,7 +57,8 @@ class VLLMPolicy:
 
     LoRA: with ``max_lora_rank`` set, :meth:`load_adapter` registers a new ``LoRARequest`` for
     each call (a new id, so vLLM loads the new weights): trainer updates reach the sampler
-    without restarting the engine.
+    without restarting the engine. Full weights: :meth:`load_weights` copies named tensors into
+    the engine's model in chunks (``WeightLoader`` runs in vLLM's workers).
 
     Args:
         model: hub name or local directory.
@@ -63,6 +84,7 @@ class VLLMPolicy:
         self.llm = LLM(model=str(model), tokenizer=str(tokenizer or model), seed=seed,
                        max_model_len=max_context, logprobs_mode="processed_logprobs",
                        max_logprobs=-1 if entropy_top_k is None else entropy_top_k,
+                       worker_extension_cls=f"{__name__}.{WeightLoader.__name__}",
                        **lora, **engine_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         context = self.llm.llm_engine.model_config.max_model_len
@@ -91,6 +113,32 @@ class VLLMPolicy:
                                     "(adapter_config.json missing)")
         self._lora_ids += 1
         self.lora_request = LoRARequest(f"{name}-{self._lora_ids}", self._lora_ids, str(path))
+
+    def load_weights(self, weights: Iterable[tuple[str, Any]],
+                     chunk_bytes: int = WEIGHT_CHUNK_BYTES) -> int:
+        """Sample from now on with ``weights``: ``(name, tensor)`` pairs with the model's HF
+        names (any subset, e.g. a training model's ``named_parameters()``), consumed one at a
+        time and sent in chunks of about ``chunk_bytes`` in the engine's dtype, so no second
+        whole copy of the weights is held here. The prefix cache is cleared (its KV came from
+        the old weights). Returns the bytes sent."""
+        import torch
+
+        dtype = self.llm.llm_engine.model_config.dtype
+        chunk, size, sent = [], 0, 0
+        for name, tensor in weights:
+            tensor = tensor.detach().to("cpu", dtype).contiguous()
+            data = tensor.reshape(-1).view(torch.uint8).numpy().tobytes()
+            chunk.append((name, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape),
+                          data))
+            size += len(data)
+            if size >= chunk_bytes:
+                self.llm.collective_rpc("paw_load_weights", args=(chunk,))
+                chunk, sent, size = [], sent + size, 0
+        if chunk:
+            self.llm.collective_rpc("paw_load_weights", args=(chunk,))
+            sent += size
+        self.llm.reset_prefix_cache()
+        return sent
 
     def act(self, prompts: Sequence[str], temperature: float = 1.0, max_new_tokens: int = 256,
             stop: Sequence[str] | None = DEFAULT_STOP, seed: int | None = None

@@ -357,8 +357,9 @@ def cases() -> list[Case]:
             "mixed_precision: bf16\n"), "mixed_precision='bf16'"),
         Case("train config", "fsdp with lora", make_base("sharding: fsdp\nlora: true\n"),
              "sharding='fsdp' does not take lora"),
-        Case("train config", "vllm rollouts without lora", make_base(
-            "rollout_backend: vllm\nlora: false\n"), "rollout_backend='vllm' needs lora"),
+        Case("train config", "fsdp, vllm rollouts and the noise metric", make_base(
+            "sharding: fsdp\nlora: false\nrollout_backend: vllm\nnoise_gradient_metric: true\n"),
+             "sharding='fsdp' does not take noise_gradient_metric=True"),
         Case("train config", "--total_steps 10**8 (days)", train_flags(base, "--total_steps",
                                                                     str(10**8)),
              "total_steps=100000000"),

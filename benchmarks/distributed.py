@@ -49,7 +49,7 @@ VARIANTS = {
     for algo in ("grpo", "gigpo", "ppo") for lora in (True, False)
 }
 VARIANTS.update({f"{algo}+paw fsdp": dict(algo=algo, lora=False, lr=1e-4, sharding="fsdp")
-                 for algo in ("grpo", "gigpo")})
+                 for algo in ("grpo", "gigpo", "ppo")})
 
 
 def base_fields(model: str, **overrides) -> dict:
@@ -176,7 +176,7 @@ def trained_parameters(trainer) -> dict:
     params = {f"policy.{n}": whole(p).detach().cpu().clone()
               for n, p in trainer.model.named_parameters() if p.requires_grad}
     if trainer.critic is not None:
-        params.update({f"critic.{n}": p.detach().cpu().clone()
+        params.update({f"critic.{n}": whole(p).detach().cpu().clone()
                        for n, p in trainer.critic.named_parameters()})
     return params
 
@@ -192,32 +192,44 @@ def held_bytes(trainer) -> dict:
         tensors = [t.to_local() if hasattr(t, "to_local") else t for t in tensors]
         return sum(t.numel() * t.element_size() for t in tensors)
 
-    states = [v for state in trainer.optimizer.state.values() for v in state.values()
-              if torch.is_tensor(v) and v.dim() > 0]  # not the scalar step counts
-    return {"weights": size(trainer.model.parameters()), "optimizer": size(states),
+    def states(optimizer) -> list:
+        return [v for state in optimizer.state.values() for v in state.values()
+                if torch.is_tensor(v) and v.dim() > 0]  # not the scalar step counts
+
+    critic = (size(trainer.critic.parameters()) + size(states(trainer.critic_optimizer))
+              if trainer.critic is not None else 0)
+    return {"weights": size(trainer.model.parameters()),
+            "optimizer": size(states(trainer.optimizer)),
             "sampler": size(trainer.sampler.model.parameters()) if trainer.sampler else 0,
+            "critic": critic,
             "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
 def memory(model: str, worlds: tuple[int, ...] = (1, 2, 4)) -> dict:
-    """Per-rank bytes held by FSDP training (GRPO + PaW, full fine-tuning) on 1, 2 and 4
-    processes after one update of the same fixed rollout, against ``training.memory``'s
-    estimate of the same parts; DDP on 2 processes for comparison."""
+    """Per-rank bytes held by FSDP training (GRPO + PaW and PPO + PaW, full fine-tuning) on 1,
+    2 and 4 processes after one update of the same fixed rollout, against
+    ``training.memory``'s estimate of the same parts; GRPO with DDP on 2 processes for
+    comparison."""
     from training.config import TrainConfig
     from training.memory import estimate, model_shape
 
-    fields = base_fields(model, algo="grpo", lora=False, lr=1e-4, sharding="fsdp", n_groups=4)
-    rollouts, _ = sample_rollouts(fields, 1)
     shape = model_shape(model)
     report = {}
-    for sharding, world in [("fsdp", n) for n in worlds] + [("ddp", 2)]:
-        variant = {**fields, "sharding": sharding}
-        ranks = launch(world, {"mode": "memory", "variants": {"run": variant},
-                               "rollouts": {"run": rollouts}})["run"]
-        parts = estimate(TrainConfig(**variant), shape, world).parts
-        report[f"{sharding} x{world}"] = {
-            "measured": {key: max(rank[key] for rank in ranks) for key in ranks[0]},
-            "estimated": {key: parts[key] for key in ("weights", "optimizer", "sampler")}}
+    for algo in ("grpo", "ppo"):
+        fields = base_fields(model, algo=algo, lora=False, lr=1e-4, sharding="fsdp", n_groups=4)
+        rollouts, _ = sample_rollouts(fields, 1)
+        runs = [("fsdp", n) for n in worlds] + ([("ddp", 2)] if algo == "grpo" else [])
+        for sharding, world in runs:
+            variant = {**fields, "sharding": sharding}
+            ranks = launch(world, {"mode": "memory", "variants": {"run": variant},
+                                   "rollouts": {"run": rollouts}})["run"]
+            parts = estimate(TrainConfig(**variant), shape, world).parts
+            # what is held between updates: the critic part without its gradients (¼ of it)
+            parts["critic"] *= 3 / 4
+            report[f"{algo} {sharding} x{world}"] = {
+                "measured": {key: max(rank[key] for rank in ranks) for key in ranks[0]},
+                "estimated": {key: parts[key]
+                              for key in ("weights", "optimizer", "sampler", "critic")}}
     return report
 
 
@@ -405,13 +417,15 @@ def main() -> None:
               f"×{figures['speedup_validation']:.2f}")
     if args.only in (None, "memory"):
         results["memory"] = memory(args.model)
-        print(f"{'run':<9} {'weights MiB':>12} {'(estimate)':>10} {'AdamW MiB':>10} "
-              f"{'(estimate)':>10} {'sampler MiB':>11} {'peak RSS MiB':>12}")
+        print(f"{'run':<12} {'weights MiB':>12} {'(estimate)':>10} {'AdamW MiB':>10} "
+              f"{'(estimate)':>10} {'sampler MiB':>11} {'critic MiB':>10} {'(estimate)':>10} "
+              f"{'peak RSS MiB':>12}")
         for name, row in results["memory"].items():
             got, est = row["measured"], row["estimated"]
-            print(f"{name:<9} {got['weights'] / 2**20:>12.2f} {est['weights'] / 2**20:>10.2f} "
+            print(f"{name:<12} {got['weights'] / 2**20:>12.2f} {est['weights'] / 2**20:>10.2f} "
                   f"{got['optimizer'] / 2**20:>10.2f} {est['optimizer'] / 2**20:>10.2f} "
-                  f"{got['sampler'] / 2**20:>11.2f} {got['peak_rss'] / 2**20:>12.0f}")
+                  f"{got['sampler'] / 2**20:>11.2f} {got['critic'] / 2**20:>10.2f} "
+                  f"{est['critic'] / 2**20:>10.2f} {got['peak_rss'] / 2**20:>12.0f}")
     results["seconds"] = time.perf_counter() - start
     out = REPO / "benchmarks" / "results" / "distributed.json"
     # --only keeps the other part's figures from an earlier run

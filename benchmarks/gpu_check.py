@@ -17,7 +17,7 @@ error while the others still run):
   rollout shape.
 * ``fsdp`` - FSDP2 (``torch.distributed.fsdp.fully_shard``) over every visible GPU (NCCL; on a
   CPU: 2 gloo processes), launched with torchrun: each decoder layer and the scorer sharded, the
-  ranks splitting the rows of one micro-batch (``training.distributed.shard_scorer``, which
+  ranks splitting the rows of one micro-batch (``training.distributed.shard_module``, which
   ``sharding: fsdp`` uses). Checks the sharded gradients against one unsharded process on the
   same rows (float32 on a GPU, float64 on a CPU), then times a bfloat16 mixed-precision step of
   the 1.5B-architecture model (GPU only). The trainer around it (rollouts on the gathered copy,
@@ -265,7 +265,7 @@ def fsdp_worker(out: Path, quick: bool) -> None:
     """One torchrun rank: the exactness check, then (GPU) the bf16 1.5B step."""
     import torch.distributed as dist
 
-    from training.distributed import shard_scorer
+    from training.distributed import shard_module
     from training.objective import PolicyScorer
 
     cuda = torch.cuda.is_available() and not quick
@@ -288,7 +288,7 @@ def fsdp_worker(out: Path, quick: bool) -> None:
                  else qwen_model_small(vocab, dtype))
     sharded = PolicyScorer(qwen_model_like(reference))
     expected_loss = objective_loss(reference, samples, list(range(len(samples))))
-    shard_scorer(sharded)
+    shard_module(sharded)
     mine = list(range(rank, len(samples), world))
     # FSDP averages gradients over the ranks; each rank's loss is its rows' share of the sum.
     loss = objective_loss(sharded, samples, mine, scale=world)
@@ -311,7 +311,7 @@ def fsdp_worker(out: Path, quick: bool) -> None:
         model = qwen_model(QWEN25_1_5B["num_hidden_layers"], str(device), torch.float32)
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.train()
-        scorer = shard_scorer(PolicyScorer(model), torch.bfloat16)
+        scorer = shard_module(PolicyScorer(model), torch.bfloat16)
         optimizer = torch.optim.AdamW(scorer.parameters(), lr=1e-6)
         mine = list(range(rank, len(samples), world))
 

@@ -77,13 +77,15 @@ def test_two_processes_match_one_process_on_the_same_rollouts(tiny_model_dir, on
     """Two updates of fixed, on-policy rollouts in 2 gloo processes (torchrun) and in 1: in
     float64 every gradient and parameter agrees to float summation order (~1e-12), for the
     group-relative RL + PaW with LoRA, GiGPO + PaW and PPO's critic with full fine-tuning, and
-    GRPO with and without PaW (with a KL reference) sharded by FSDP2 (``sharding: fsdp``)."""
+    sharded by FSDP2 (``sharding: fsdp``): GRPO with and without PaW (with a KL reference), and
+    PPO + PaW with its critic sharded too."""
     variants = {"grpo+paw lora": dict(algo="grpo", lora=True, lr=1e-3, kl_coef=0.05),
                 "gigpo+paw full": dict(algo="gigpo", lora=False, lr=1e-4),
                 "ppo+paw full": dict(algo="ppo", lora=False, lr=1e-4),
                 "grpo+paw fsdp": dict(algo="grpo", lora=False, lr=1e-4, kl_coef=0.05,
                                       sharding="fsdp"),
-                "grpo fsdp": dict(algo="grpo", paw=False, lora=False, lr=1e-4, sharding="fsdp")}
+                "grpo fsdp": dict(algo="grpo", paw=False, lora=False, lr=1e-4, sharding="fsdp"),
+                "ppo+paw fsdp": dict(algo="ppo", lora=False, lr=1e-4, sharding="fsdp")}
     # The nano model's actions are all invalid: rewards are spread so advantages are not zero.
     report = exactness(str(tiny_model_dir), variants, updates=2, reward_spread=True,
                              dtype="float64", n_groups=3, group_size=2, max_new_tokens=12,
@@ -103,22 +105,46 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-#: A rank that SIGKILLs itself at the start of its third rollout (after step 2's checkpoint),
-#: then the ordinary CLI.
+#: The ordinary CLI, with rank 1 SIGKILLing itself: with KILL_AT=rollout at the start of its
+#: third rollout (after step 2's checkpoint), with KILL_AT=save in the middle of step 2's
+#: checkpoint (after writing the first tensor of its shards; no state.json yet).
 KILLED_RUN = textwrap.dedent("""
     import os, signal, sys
     from training import collect
     from training.cli import main
 
-    inner, calls = collect.EnvCollector.__call__, [0]
-
-    def call(self, *args):
-        calls[0] += 1
-        if calls[0] == 3 and os.environ["RANK"] == "1":
+    def kill_rank_1():
+        if os.environ["RANK"] == "1":
             os.kill(os.getpid(), signal.SIGKILL)
-        return inner(self, *args)
 
-    collect.EnvCollector.__call__ = call
+    if os.environ["KILL_AT"] == "rollout":
+        inner, calls = collect.EnvCollector.__call__, [0]
+
+        def call(self, *args):
+            calls[0] += 1
+            if calls[0] == 3:
+                kill_rank_1()
+            return inner(self, *args)
+
+        collect.EnvCollector.__call__ = call
+    else:
+        from torch.distributed.checkpoint import filesystem
+        from training.distributed import ShardedProcess
+
+        save, write, folder = ShardedProcess.save_sharded, filesystem._write_item, [""]
+
+        def save_sharded(module, optimizer, path):
+            folder[0] = str(path)
+            return save(module, optimizer, path)
+
+        def write_item(*args, **kwargs):
+            result = write(*args, **kwargs)
+            if "step-000002" in folder[0]:
+                kill_rank_1()
+            return result
+
+        ShardedProcess.save_sharded = staticmethod(save_sharded)
+        filesystem._write_item = write_item
     sys.exit(main(sys.argv[1:]))
 """)
 
@@ -133,22 +159,27 @@ def _launch(command: list[str], cwd: Path, **env: str) -> subprocess.CompletedPr
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("sharding", [dict(lora=True, lr=1e-3),
-                                      dict(sharding="fsdp", lora=False, lr=1e-4, val_every=3,
-                                           val_limit=3)], ids=["ddp-lora", "fsdp-full"])
+@pytest.mark.parametrize("sharding", [
+    dict(lora=True, lr=1e-3, kill_at="rollout"),
+    dict(sharding="fsdp", lora=False, lr=1e-4, val_every=3, val_limit=3, algo="ppo",
+         kill_at="save")], ids=["ddp-lora-grpo", "fsdp-full-ppo"])
 def test_a_killed_two_process_run_resumes_to_the_same_metrics(tiny_model_dir, tmp_path,
                                                               sharding):
     """``accelerate launch`` and ``torchrun`` of ``training.cli train`` with one YAML: the
-    uninterrupted 2-process run, and one whose rank 1 is killed in step 3 and resumed with
-    --resume, end with the same metrics, weights and replay. With DDP (LoRA) and with FSDP
-    (full fine-tuning: sharded weights, rollouts and validation by the gathered copy, each
-    rank's shards saved with torch.distributed.checkpoint and the whole model by rank 0)."""
+    uninterrupted 2-process run, and one whose rank 1 is killed and resumed with --resume, end
+    with the same metrics, weights and replay. With DDP (LoRA, GRPO), rank 1 killed in step 3's
+    rollout; with FSDP (full fine-tuning, PPO: sharded policy and critic, rollouts and
+    validation by the gathered copy, each rank's shards saved with
+    torch.distributed.checkpoint and the whole model by rank 0), rank 1 killed while it writes
+    step 2's shards: that checkpoint stays incomplete and the resume takes step 1's."""
+    settings = dict(sharding)
+    kill_at = settings.pop("kill_at")
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump(dict(
         model=str(tiny_model_dir), env_id="PaW/Shelf-v0", n_groups=3, group_size=2,
         max_new_tokens=10, max_episode_steps=2, total_steps=3, save_every=1,
-        mini_batch_size=4, token_budget=1024, device="cpu", progress=False, algo="grpo",
-        alpha=0.5, **sharding)))
+        mini_batch_size=4, token_budget=1024, device="cpu", progress=False,
+        **{"algo": "grpo", "alpha": 0.5, **settings})))
     torchrun = _torchrun(2)
     accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
                   "--num_processes=2", "--num_machines=1", "--mixed_precision=no",
@@ -159,15 +190,20 @@ def test_a_killed_two_process_run_resumes_to_the_same_metrics(tiny_model_dir, tm
     script = tmp_path / "killed_run.py"
     script.write_text(KILLED_RUN)
     killed = _launch([*torchrun, str(script), "train", "--config", str(config),
-                      "--output_dir", str(tmp_path / "killed")], tmp_path)
+                      "--output_dir", str(tmp_path / "killed")], tmp_path, KILL_AT=kill_at)
     assert killed.returncode != 0
     out = tmp_path / "killed"
     assert [json.loads(line)["step"] for line in
             (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    if kill_at == "save":  # rank 1's shard file of step 2 was begun, the checkpoint never ended
+        partial = out / "checkpoints" / "step-000002"
+        assert (partial / "sharded" / "__1_0.distcp").is_file()
+        assert not (partial / "state.json").exists()
     resumed = _launch([*torchrun, "-m", "training.cli", "train", "--config", str(config),
                        "--output_dir", str(out), "--resume"], tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
-    assert "resuming" in resumed.stderr and "step 2 of 3" in resumed.stderr
+    resumed_at = 1 if kill_at == "save" else 2
+    assert "resuming" in resumed.stderr and f"step {resumed_at} of 3" in resumed.stderr
 
     from safetensors.torch import load_file
 
@@ -193,9 +229,11 @@ def test_a_killed_two_process_run_resumes_to_the_same_metrics(tiny_model_dir, tm
         from transformers import AutoModelForCausalLM
 
         # and each rank its shards of weights and optimizer states (torch.distributed.checkpoint)
-        sharded = sorted(p.name for p in (checkpoints[1] / "sharded").iterdir())
-        assert sharded == [".metadata", "__0_0.distcp", "__1_0.distcp"], sharded
-        assert not list(checkpoints[1].glob("optimizer*"))
+        for part in ("sharded", "critic-sharded"):
+            sharded = sorted(p.name for p in (checkpoints[1] / part).iterdir())
+            assert sharded == [".metadata", "__0_0.distcp", "__1_0.distcp"], sharded
+        assert not list(checkpoints[1].glob("*optimizer*"))
+        assert not (checkpoints[1] / "critic.safetensors").exists()
 
         model = AutoModelForCausalLM.from_pretrained(checkpoints[0] / "model")
         assert all((p.detach() == weights[0][n]).all() for n, p in model.named_parameters()
@@ -207,7 +245,8 @@ def test_a_killed_two_process_run_resumes_to_the_same_metrics(tiny_model_dir, tm
     key = lambda r: (r["update"], r["group"], r["episode_id"], r["step"], r["h"], r["a"],  # noqa: E731
                      r["o_next"], r["wm_selected"], r["lambda_g"], r["advantage"])
     assert sorted(map(key, replays[0])) == sorted(map(key, replays[1]))
-    assert {r["group"] for r in replays[1] if r["update"] == 3} == {0, 1, 2}
+    groups = 6 if kill_at == "save" else 3  # PPO: n_groups × group_size groups of one
+    assert {r["group"] for r in replays[1] if r["update"] == 3} == set(range(groups))
 
 
 #: The ordinary CLI, with every call of evaluate() noting the episodes this rank played (task

@@ -61,7 +61,6 @@ def test_every_field_has_a_docstring():
     ({"history_length": -1}, "history_length=-1"),
     # Issue 29: what FSDP does not take yet, and mixed precision's needs.
     ({"sharding": "fsdp"}, "sharding='fsdp' does not take lora=True"),
-    ({"sharding": "fsdp", "lora": False, "algo": "ppo"}, r"does not take algo='ppo' \(PPO's critic"),
     ({"mixed_precision": "bf16", "lora": False, "dtype": "float32"},
      r"mixed_precision='bf16' computes in bfloat16 over float32 weights sharded by FSDP: it needs "
      r"sharding: fsdp and dtype: float32 \(got sharding='ddp', dtype='float32'\)"),

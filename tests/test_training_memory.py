@@ -48,9 +48,15 @@ def test_sharding_divides_the_trained_state_by_the_processes(qwen7b_folder):
             one[part] / 8)
     assert one["weights"] == pytest.approx(shape["parameters"] * 2)
     assert one["optimizer"] == pytest.approx(2 * one["weights"])
-    assert one["sampler"] == 0 and two["sampler"] == pytest.approx(one["weights"])
+    # every process, one included, keeps an unsharded sampler
+    assert one["sampler"] == pytest.approx(one["weights"]) == two["sampler"] == eight["sampler"]
     ddp = estimate(replace(config, sharding="ddp"), shape, 8).parts
     assert ddp["weights"] == one["weights"] and ddp["sampler"] == 0
+    assert estimate(replace(config, rollout_backend="vllm"), shape, 8).parts["sampler"] == 0
+    ppo = [estimate(replace(config, algo="ppo", n_groups=8, group_size=1), shape, n).parts
+           for n in (1, 8)]
+    assert ppo[0]["critic"] == pytest.approx(4 * shape["decoder_parameters"] * 2)
+    assert ppo[1]["critic"] == pytest.approx(ppo[0]["critic"] / 8)  # the critic is sharded too
 
 
 def test_lora_trains_only_the_adapters(qwen7b_folder):

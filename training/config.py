@@ -101,18 +101,19 @@ class TrainConfig:
     sharding: Literal["ddp", "fsdp"] = "ddp"
     """How several processes (torchrun / accelerate launch) hold the model: ``ddp`` (each
     process a full copy of the weights, gradients and optimizer states) or ``fsdp`` (FSDP2,
-    ``fully_shard`` per decoder layer: each process holds 1/N of them, plus an unsharded copy
-    of the weights that samples the rollouts; full fine-tuning with GRPO, GiGPO or RLOO and
-    ``rollout_backend: hf``). ``fsdp`` in one process is a world of one: the same sharded
-    path (mixed precision, sharded checkpoints), holding everything."""
+    ``fully_shard`` per decoder layer, PPO's critic too: each process holds 1/N of them, plus
+    with ``rollout_backend: hf`` an unsharded copy of the weights that samples the rollouts;
+    full fine-tuning only). ``fsdp`` in one process is a world of one: the same sharded path
+    (mixed precision, sharded checkpoints), holding everything."""
     mixed_precision: Literal["no", "bf16"] = "no"
     """``bf16`` with ``sharding: fsdp`` (any number of processes): forward and backward in
     bfloat16 over the float32 weights of ``dtype: float32`` (gradients reduced in float32; the
     sampler and KL reference copies in bfloat16). ``no``: everything in ``dtype``."""
     rollout_backend: Literal["hf", "vllm"] = "hf"
     """Who samples the rollouts: ``hf`` (the training model itself) or ``vllm`` (a vLLM engine
-    on the same base model that gets the current LoRA adapter before every rollout; needs
-    ``lora: true`` and an importable vLLM: the ``[vllm]`` extra on a GPU machine)."""
+    on the same base model that gets the current LoRA adapter, or with full fine-tuning every
+    weight, before every rollout; needs an importable vLLM: the ``[vllm]`` extra on a GPU
+    machine)."""
     vllm_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra ``vllm.LLM`` arguments for ``rollout_backend: vllm`` (e.g.
     ``{gpu_memory_utilization: 0.5}``)."""
@@ -325,20 +326,17 @@ class TrainConfig:
             for name, wrong, why in (
                     ("lora", self.lora,
                      "a LoRA run's trained weights are small: use sharding: ddp"),
-                    ("rollout_backend", self.rollout_backend != "hf",
-                     "the full-weight sync into vLLM is not built yet"),
-                    ("algo", self.algo == "ppo", "PPO's critic is not sharded yet")):
+                    ("noise_gradient_metric",
+                     self.noise_gradient_metric and self.rollout_backend == "vllm",
+                     "with vLLM rollouts there is no unsharded copy of the weights to score "
+                     "with")):
                 if wrong:
                     raise ValueError(f"sharding='fsdp' does not take {name}={getattr(self, name)!r}"
-                                     f" ({why}); it trains all weights with algo grpo, gigpo or "
-                                     f"rloo and rollout_backend hf")
+                                     f" ({why})")
         if self.mixed_precision != "no" and (self.sharding != "fsdp" or self.dtype != "float32"):
             raise ValueError(f"mixed_precision={self.mixed_precision!r} computes in bfloat16 over "
                              f"float32 weights sharded by FSDP: it needs sharding: fsdp and dtype:"
                              f" float32 (got sharding={self.sharding!r}, dtype={self.dtype!r})")
-        if self.rollout_backend == "vllm" and not self.lora:
-            raise ValueError("rollout_backend='vllm' needs lora: true (the trained LoRA adapter is "
-                             "what is synced to the vLLM engine before every rollout)")
         if self.device is not None and not _DEVICE.fullmatch(self.device):
             raise bad("device", "cpu, cuda, cuda:N, mps or none (CUDA when available)")
         if self.group_size < 2 and self.algo in ("grpo", "gigpo", "rloo"):

@@ -23,10 +23,11 @@ Why the update is exactly the single-process one. With W ranks:
   so that it still joins DDP's gradient all-reduce; it adds nothing.
 
 With ``sharding: fsdp`` (:class:`ShardedProcess`) the same holds with FSDP2 in place of DDP:
-each decoder layer and the scorer are ``fully_shard``-ed, FSDP's reduce-scatter averages the
-gradients as DDP's all-reduce does, and since every forward all-gathers each layer's
-parameters, every rank runs the same number of passes (:meth:`SingleProcess.pass_count`; the
-extra ones are zero-weight). Rollouts are sampled by an unsharded copy of the weights that
+each decoder layer of the scorer (and of PPO's critic) and the scorer itself are
+``fully_shard``-ed, FSDP's reduce-scatter averages the gradients as DDP's all-reduce does, and
+since every forward all-gathers each layer's parameters, every rank runs the same number of
+passes (:meth:`SingleProcess.pass_count`; the extra ones are zero-weight), the critic's value
+passes during the rollout included. Rollouts are sampled by an unsharded copy of the weights that
 every rank refreshes before each rollout (:meth:`ShardedProcess.copy_full_weights`), so ranks
 generate episodes of any length without collectives.
 """
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 
@@ -186,26 +187,25 @@ class MultiProcess(SingleProcess):
         self.accelerator.wait_for_everyone()
 
 
-def shard_scorer(scorer: torch.nn.Module, compute_dtype: torch.dtype | None = None
+def shard_module(module: torch.nn.Module, compute_dtype: torch.dtype | None = None
                  ) -> torch.nn.Module:
-    """FSDP2 over ``scorer`` (a ``training.objective.PolicyScorer``), in place: each decoder
-    layer is one unit, the root holds the embeddings, final norm and LM head. With a
-    ``compute_dtype``, the weights are gathered in it and gradients reduced in float32."""
+    """FSDP2 over ``module`` (the policy's ``training.objective.PolicyScorer`` or PPO's
+    ``training.models.ValueModel``: anything with an ``fsdp_units()`` method), in place: each
+    of its units (decoder layers) is sharded on its own, the root holds the rest (embeddings,
+    final norm, LM head). With a ``compute_dtype``, the weights are gathered in it and gradients reduced
+    in float32."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    from training.objective import split_causal_lm
-
-    # The scorer's inputs stay as they are: the rollout's log-probs in them are float32.
+    # The module's inputs stay as they are: the rollout's log-probs in them are float32.
     policy = (MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32,
                                    cast_forward_inputs=False)
               if compute_dtype else MixedPrecisionPolicy())
-    decoder, _ = split_causal_lm(scorer.model)
-    for layer in decoder.layers:
-        fully_shard(layer, mp_policy=policy)
-    fully_shard(scorer, mp_policy=policy)
-    # FSDP takes the first module whose forward runs as its root; make it the scorer now.
-    scorer._get_fsdp_state()._lazy_init()
-    return scorer
+    for unit in module.fsdp_units():
+        fully_shard(unit, mp_policy=policy)
+    fully_shard(module, mp_policy=policy)
+    # FSDP takes the first module whose forward runs as its root; make it this one now.
+    module._get_fsdp_state()._lazy_init()
+    return module
 
 
 class ShardedProcess(MultiProcess):
@@ -224,7 +224,7 @@ class ShardedProcess(MultiProcess):
         self.compute_dtype = compute_dtype
 
     def prepare(self, module: torch.nn.Module) -> torch.nn.Module:
-        return shard_scorer(module, self.compute_dtype)
+        return shard_module(module, self.compute_dtype)
 
     def no_sync(self, module: torch.nn.Module, sync: bool):
         """Reduce-scatter the accumulated gradients only in the last backward of a step."""
@@ -249,17 +249,22 @@ class ShardedProcess(MultiProcess):
             target.copy_(source.full_tensor())
 
     @staticmethod
-    def save_sharded(module: torch.nn.Module, optimizer, folder) -> dict[str, torch.Tensor]:
+    def save_sharded(module: torch.nn.Module, optimizer, folder) -> None:
         """Every rank writes its shards of the weights and optimizer states to ``folder``
-        (``torch.distributed.checkpoint``; nothing is gathered); returns the whole weights in
-        rank 0's CPU memory (empty on the other ranks), for the consolidated model folder
-        (collective)."""
+        (``torch.distributed.checkpoint``; nothing is gathered; collective)."""
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                             get_state_dict)
+        from torch.distributed.checkpoint.state_dict import get_state_dict
 
         model_state, optimizer_state = get_state_dict(module, optimizer)
         dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(folder))
+
+    @staticmethod
+    def full_weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """The whole weights of sharded ``module`` in rank 0's CPU memory (empty on the other
+        ranks), for the consolidated model folder (collective)."""
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions,
+                                                             get_model_state_dict)
+
         return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True,
                                                                      cpu_offload=True))
 

@@ -8,14 +8,15 @@ config's ``dtype``) and N processes, one process holds
 * gradients        ``P_t·b``, ``/ N`` under FSDP
 * AdamW states     ``2·P_t·b`` (``exp_avg`` and ``exp_avg_sq``, in the weights' dtype),
   ``/ N`` under FSDP
-* sampler          FSDP only: ``P·b``, the unsharded weights that sample the rollouts
+* sampler          FSDP with HF rollouts only (one process included): ``P·b``, the unsharded
+  weights that sample the rollouts (a vLLM engine's memory is vLLM's ``gpu_memory_utilization``)
 * KL reference     full fine-tuning with ``kl_coef > 0``: ``P·b`` (a frozen copy; LoRA disables
   its adapters instead)
 
 (with FSDP's ``mixed_precision: bf16`` the sampler, the reference and the activations take 2
 bytes per value over the float32 weights)
-* PPO critic       the decoder again (``P_d``: P without the embeddings and LM head), with its
-  gradients and states, ``4·P_d·b``
+* PPO critic       the decoder again (``P_d``: P without an untied LM head), with its
+  gradients and states, ``4·P_d·b``, ``/ N`` under FSDP
 * activations      of one micro-batch of ``T = token_budget`` tokens through L layers of width H
   (MLP width I): with gradient checkpointing the layer inputs ``L·T·H·b`` plus one layer's
   intermediates ``T·(10·H + 4·I)·b``; without, ``L·T·(10·H + 4·I)·b``; plus the chunked LM
@@ -70,8 +71,7 @@ def model_shape(model: str) -> dict[str, Any]:
     with torch.device("meta"):
         network = AutoModelForCausalLM.from_config(config)
     total = sum(p.numel() for p in network.parameters())
-    decoder = network.get_decoder()
-    embeddings = sum(p.numel() for p in decoder.get_input_embeddings().parameters())
+    decoder = sum(p.numel() for p in network.get_decoder().parameters())  # embeddings included
     lora_targets = {}
     for name, module in network.named_modules():
         if isinstance(module, torch.nn.Linear):
@@ -80,8 +80,7 @@ def model_shape(model: str) -> dict[str, Any]:
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     dtype = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
                 or "float32").replace("torch.", "")
-    return {"parameters": total, "decoder_parameters": total - embeddings
-            - (0 if config.tie_word_embeddings else embeddings),
+    return {"parameters": total, "decoder_parameters": decoder,
             "layers": text.num_hidden_layers, "hidden": text.hidden_size,
             "intermediate": getattr(text, "intermediate_size", 4 * text.hidden_size),
             "vocab": text.vocab_size, "dtype": dtype, "linear": lora_targets}
@@ -98,7 +97,8 @@ def estimate(config, shape: dict[str, Any], processes: int) -> MemoryEstimate:
                       for fan_in, fan_out in shape["linear"].get(name, []))
     else:
         trained = total
-    sharded = config.sharding == "fsdp" and processes > 1
+    # FSDP in one process is a world of one: the same sampler copy as with N.
+    sharded = config.sharding == "fsdp"
     share = processes if sharded else 1
     # FSDP mixed precision: copies and activations in bfloat16 over float32 weights.
     copies = 2 if sharded and config.mixed_precision == "bf16" else width
@@ -110,9 +110,10 @@ def estimate(config, shape: dict[str, Any], processes: int) -> MemoryEstimate:
         "weights": total * width / share,
         "gradients": trained * width / share,
         "optimizer": 2 * trained * width / share,
-        "sampler": total * copies if sharded else 0.0,
+        "sampler": total * copies if sharded and config.rollout_backend == "hf" else 0.0,
         "reference": total * copies if config.kl_coef > 0 and not config.lora else 0.0,
-        "critic": 4 * shape["decoder_parameters"] * width if config.algo == "ppo" else 0.0,
+        "critic": (4 * shape["decoder_parameters"] * width / share if config.algo == "ppo"
+                   else 0.0),
         "activations": activations + 3 * config.logits_chunk * shape["vocab"] * 4,
     }
     return MemoryEstimate(parts, total, processes, "fsdp" if sharded else "ddp")

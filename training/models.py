@@ -67,7 +67,7 @@ def build_policy(config: TrainConfig, device: str | None = None):
 
 def build_vllm_policy(config: TrainConfig):
     """An ``agents.VLLMPolicy`` on the same base weights as :func:`build_policy`, ready to take
-    the trained LoRA adapter (``rollout_backend: vllm``)."""
+    the trained LoRA adapter or full weights (``rollout_backend: vllm``)."""
     import importlib.util
 
     from agents.vllm_policy import VLLMPolicy
@@ -83,7 +83,7 @@ def build_vllm_policy(config: TrainConfig):
     if config.dtype != "auto":
         kwargs.setdefault("dtype", config.dtype)
     # vLLM accepts a few rank limits (8, 16, 32, ...): the smallest power of two >= 8 that fits
-    max_rank = max(8, 1 << (config.lora_r - 1).bit_length())
+    max_rank = max(8, 1 << (config.lora_r - 1).bit_length()) if config.lora else None
     return VLLMPolicy(source, tokenizer=config.model if source != config.model else None,
                       max_lora_rank=max_rank, seed=config.seed,
                       max_context=rollout_context(config), **kwargs)
@@ -149,7 +149,15 @@ class ValueModel(torch.nn.Module):
         hidden = self.decoder(input_ids=input_ids, attention_mask=attention_mask,
                               use_cache=False).last_hidden_state
         rows = torch.arange(hidden.shape[0], device=hidden.device)
-        return self.head(hidden[rows, last_index].float()).squeeze(-1)
+        # In the head's dtype: float32 over a bfloat16 decoder, or FSDP's compute dtype.
+        last = hidden[rows, last_index].to(self.head.weight.dtype)
+        return self.head(last).float().squeeze(-1)
+
+    def fsdp_units(self) -> list[torch.nn.Module]:
+        """The modules FSDP shards one by one (``training.distributed.shard_module``): the
+        decoder layers, and the head (float32 over a bfloat16 decoder: a unit of its own,
+        since FSDP gathers each unit's parameters in one dtype)."""
+        return [*self.decoder.layers, self.head]
 
 
 def _strip_lora(module: torch.nn.Module) -> torch.nn.Module:

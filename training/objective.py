@@ -257,6 +257,11 @@ class PolicyScorer(torch.nn.Module):
     def forward(self, batch: MicroBatch, **kwargs) -> TokenScores:
         return gather_logprobs(self.model, batch, **kwargs)
 
+    def fsdp_units(self) -> list[torch.nn.Module]:
+        """The modules FSDP shards one by one (``training.distributed.shard_module``): the
+        decoder layers."""
+        return list(split_causal_lm(self.model)[0].layers)
+
 
 def objective_weights(samples: list[Sample], selected: torch.Tensor,
                       group_lambda: dict[int, float], settings: ObjectiveSettings

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
 import math
 import random
 import resource
@@ -119,17 +118,19 @@ class PaWTrainer:
             action_temperature=config.temperature, entropy_coef=config.entropy_coef)
         if not trainable_parameters(self.model):
             raise ValueError("the model has no trainable parameters")
-        # Copies of the unsharded weights, before sharding: the KL reference, and under FSDP
-        # the sampler (refreshed before every rollout, see _rollout_policy).
+        # Copies of the unsharded weights, before sharding: the KL reference, PPO's critic
+        # (its own decoder), and under FSDP the sampler (refreshed before every rollout, see
+        # _rollout_policy).
         self.reference = Reference(self.model, config.lora, self.world.compute_dtype) \
             if config.kl_coef > 0 else None
+        self.critic = ValueModel(self.model).to(self.device) if config.algo == "ppo" else None
         self.sampler = None
-        if self.world.sharded:
+        if self.world.sharded and config.rollout_backend == "hf":
             self.sampler = copy.copy(self.policy)
             self.sampler.model = copy.deepcopy(self.model).requires_grad_(False).to(
                 self.world.compute_dtype or next(self.model.parameters()).dtype)
         self._sampler_step: int | None = None
-        self.weight_sync_time = 0.0  # seconds of the last refresh of the sampler (FSDP)
+        self.weight_sync_time = 0.0  # seconds of the last full-weight refresh of the sampler
         # The training pass runs through this module: DDP-wrapped, or sharded with the model
         # (whose parameters FSDP replaces, so the optimizer takes them afterwards).
         self.scorer = self.world.prepare(PolicyScorer(self.model))
@@ -137,14 +138,14 @@ class PaWTrainer:
                                            weight_decay=config.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         # The sampler: the training model itself, or a vLLM engine given the current adapter
-        # before every rollout (see _rollout_policy).
+        # or weights before every rollout (see _rollout_policy).
         self.vllm = build_vllm_policy(config) if config.rollout_backend == "vllm" else None
         self._vllm_synced_step: int | None = None
-        self.critic = self.critic_optimizer = self.critic_trainer = None
-        if config.algo == "ppo":
-            self.critic = ValueModel(self.model).to(self.device)
-            self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=config.critic_lr)
+        self.critic_optimizer = self.critic_trainer = None
+        if self.critic is not None:
+            # DDP-wrapped, or sharded in place (the optimizer takes FSDP's parameters).
             self.critic_trainer = self.world.prepare(self.critic)
+            self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=config.critic_lr)
         self.step = 0
         self.skipped_updates = 0
         self._warned_cut_prompts = False
@@ -391,7 +392,8 @@ class PaWTrainer:
         rollout_time = world.reduce({"time": rollout_time}, "max")["time"]
         metrics.update(rollout_time=rollout_time, step_time=time.perf_counter() - start,
                        gen_tokens_per_s=generated / max(rollout_time, 1e-9))
-        if self.sampler is not None:  # included in rollout_time
+        if self.sampler is not None or (self.vllm is not None and not self.config.lora):
+            # the full-weight refresh, included in rollout_time
             metrics["weight_sync_time"] = world.reduce({"s": self.weight_sync_time}, "max")["s"]
         self.step += 1
         return metrics
@@ -410,10 +412,12 @@ class PaWTrainer:
                   flush=True)
 
     def _rollout_policy(self):
-        """The policy that samples this step's rollout. With vLLM, the adapter as trained so far
-        is saved to ``<output_dir>/rollout-adapter`` and registered under a new id, so the
-        engine samples from exactly the weights the update will start from. Under FSDP, the
-        unsharded sampler gets the current weights (collective: every rank calls this)."""
+        """The policy that samples this step's rollout, with exactly the weights the update
+        will start from. With vLLM and LoRA, the adapter as trained so far is saved to
+        ``<output_dir>/rollout-adapter`` and registered under a new id; with vLLM and full
+        fine-tuning, every weight is copied into the engine, one parameter at a time (under
+        FSDP gathered from the shards). Under FSDP with HF rollouts, the unsharded sampler
+        gets the current weights. Collective under FSDP: every rank calls this."""
         if self.sampler is not None:
             if self._sampler_step != self.step:
                 start = time.perf_counter()
@@ -424,11 +428,18 @@ class PaWTrainer:
         if self.vllm is None:
             return self.policy
         if self._vllm_synced_step != self.step:
-            name = "rollout-adapter" if self.world.world_size == 1 else \
-                f"rollout-adapter-rank{self.world.rank}"
-            path = Path(self.config.output_dir) / name
-            self.model.save_pretrained(path)
-            self.vllm.load_adapter(path)
+            start = time.perf_counter()
+            if self.config.lora:
+                name = "rollout-adapter" if self.world.world_size == 1 else \
+                    f"rollout-adapter-rank{self.world.rank}"
+                path = Path(self.config.output_dir) / name
+                self.model.save_pretrained(path)
+                self.vllm.load_adapter(path)
+            else:
+                self.vllm.load_weights(
+                    (name, param.full_tensor() if hasattr(param, "full_tensor") else param)
+                    for name, param in self.model.named_parameters())
+            self.weight_sync_time = time.perf_counter() - start
             self._vllm_synced_step = self.step
         return self.vllm
 
@@ -440,7 +451,8 @@ class PaWTrainer:
         config = self.config
         start = time.perf_counter()
         values = (critic_values(self.critic, trajectories, config, self.policy.pad_id,
-                                self.device) if self.critic is not None else None)
+                                self.device, self.world.pass_count)
+                  if self.critic is not None else None)
         # The gather waits for the slowest rank's rollout: that time is rollout time.
         gather_start = time.perf_counter()
         trajectories, values = self._gather_rollout(trajectories, values)
@@ -628,13 +640,16 @@ class PaWTrainer:
         scale = 0.0 if idle else float(self.world.world_size)
         parts = token_budget_batches([batch.samples[i].prompt_len for i in mine],
                                      self.config.token_budget)
+        passes = self.world.pass_count(len(parts))
         total = 0.0
-        for k, part in enumerate(parts):
-            with self.world.no_sync(self.critic_trainer, sync=k == len(parts) - 1):
+        for k in range(passes):
+            extra = k >= len(parts)  # FSDP: a zero-weight pass to match the other ranks
+            part = parts[0 if extra else k]
+            with self.world.no_sync(self.critic_trainer, sync=k == passes - 1):
                 loss = critic_loss(self.critic_trainer, [batch.samples[mine[j]] for j in part],
                                    self.policy.pad_id, self.device) / len(rows)
-                (loss * scale).backward()
-            total += 0.0 if idle else float(loss.detach())
+                (loss * (0.0 if extra else scale)).backward()
+            total += 0.0 if idle or extra else float(loss.detach())
         if not self.world.all_true(math.isfinite(total)):
             self.critic_optimizer.zero_grad(set_to_none=True)
             return
@@ -712,7 +727,10 @@ class PaWTrainer:
         world = self.world
         path.mkdir(parents=True, exist_ok=True)
         if world.sharded:  # each rank its shards; the whole weights gathered on rank 0
-            model_state = world.save_sharded(self.model, self.optimizer, path / "sharded")
+            world.save_sharded(self.model, self.optimizer, path / "sharded")
+            model_state = world.full_weights(self.model)
+            if self.critic is not None:  # only resume reads the critic: its shards suffice
+                world.save_sharded(self.critic, self.critic_optimizer, path / "critic-sharded")
         if world.is_main:  # (DDP: the ranks' weights and optimizer states are identical)
             if world.sharded:  # a plain HF folder, for paw-gym eval and HFPolicy
                 self.model.save_pretrained(str(path / "model"), state_dict=model_state,
@@ -721,7 +739,7 @@ class PaWTrainer:
                 ckpt.save_model(self.model, path / "model")
                 ckpt.save_optimizer(self.optimizer, path / "optimizer")
             self.tokenizer.save_pretrained(str(path / "model"))  # the model dir loads on its own
-            if self.critic is not None:
+            if self.critic is not None and not world.sharded:
                 save_file({k: v.contiguous() for k, v in self.critic.state_dict().items()},
                           str(path / "critic.safetensors"))
                 ckpt.save_optimizer(self.critic_optimizer, path / "critic_optimizer")
@@ -770,19 +788,23 @@ class PaWTrainer:
         state = ckpt.verify_checkpoint(path)
         ckpt.check_same_weights(path, state.get("config") or {}, self.config)
         if self.world.sharded:
-            try:
-                self.world.load_sharded(self.model, self.optimizer, path / "sharded")
-            except Exception as error:  # noqa: BLE001  (DCP reports a damaged file in many ways)
-                reason = f"{type(error).__name__}: {str(error)[:200]}"
-                raise ckpt.CheckpointError(f"{path / 'sharded'} is damaged or incomplete "
-                                           f"({reason})") from None
+            shards = [(self.model, self.optimizer, path / "sharded")]
+            if self.critic is not None:
+                shards.append((self.critic, self.critic_optimizer, path / "critic-sharded"))
+            for module, optimizer, folder in shards:
+                try:
+                    self.world.load_sharded(module, optimizer, folder)
+                except Exception as error:  # noqa: BLE001  (DCP reports damage in many ways)
+                    reason = f"{type(error).__name__}: {str(error)[:200]}"
+                    raise ckpt.CheckpointError(f"{folder} is damaged or incomplete "
+                                               f"({reason})") from None
         else:
             ckpt.load_trainable_weights(self.model, path / "model")
             ckpt.load_optimizer(self.optimizer, path / "optimizer")
+            if self.critic is not None:
+                self.critic.load_state_dict(load_file(str(path / "critic.safetensors")))
+                ckpt.load_optimizer(self.critic_optimizer, path / "critic_optimizer")
         self.scheduler.load_state_dict(state["scheduler"])
-        if self.critic is not None:
-            self.critic.load_state_dict(load_file(str(path / "critic.safetensors")))
-            ckpt.load_optimizer(self.critic_optimizer, path / "critic_optimizer")
         self._restore_rng(path, state)
         self.step = int(state["step"])
         self.skipped_updates = int(state.get("skipped_updates", 0))

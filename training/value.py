@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from agents.types import Trajectory
@@ -23,16 +25,24 @@ def _prompt_tensors(prompts: list[list[int]], pad_id: int, device):
 
 
 @torch.no_grad()
-def critic_values(critic, trajectories: list[Trajectory], config, pad_id: int,
-                  device) -> list[list[float]]:
-    """V(h_t) per step per trajectory (prompts cut to ``max_seq_len`` from the left)."""
+def critic_values(critic, trajectories: list[Trajectory], config, pad_id: int, device,
+                  pass_count: Callable[[int], int] = int) -> list[list[float]]:
+    """V(h_t) per step per trajectory (prompts cut to ``max_seq_len`` from the left).
+
+    ``pass_count(n)``: how many forward passes to run when this process needs ``n`` (a sharded
+    critic's passes are collectives, so every rank runs the largest count; the extra passes
+    repeat a batch and are discarded)."""
     prompts = [s.output.prompt_ids[-config.max_seq_len:] or [pad_id]
-               for t in trajectories for s in t.transitions]
+               for t in trajectories for s in t.transitions] or [[pad_id]]
     flat: list[float] = [0.0] * len(prompts)
-    for rows in token_budget_batches([len(p) for p in prompts], config.token_budget):
+    batches = token_budget_batches([len(p) for p in prompts], config.token_budget)
+    for k in range(pass_count(len(batches))):
+        rows = batches[k % len(batches)]
         ids, mask, last = _prompt_tensors([prompts[i] for i in rows], pad_id, device)
-        for i, v in zip(rows, critic(ids, mask, last).tolist()):
-            flat[i] = v
+        values = critic(ids, mask, last).tolist()
+        if k < len(batches):
+            for i, v in zip(rows, values):
+                flat[i] = v
     out, k = [], 0
     for t in trajectories:
         out.append(flat[k:k + len(t)])
