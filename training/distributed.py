@@ -27,9 +27,10 @@ each decoder layer of the scorer (and of PPO's critic) and the scorer itself are
 ``fully_shard``-ed, FSDP's reduce-scatter averages the gradients as DDP's all-reduce does, and
 since every forward all-gathers each layer's parameters, every rank runs the same number of
 passes (:meth:`SingleProcess.pass_count`; the extra ones are zero-weight), the critic's value
-passes during the rollout included. Rollouts are sampled by an unsharded copy of the weights that
-every rank refreshes before each rollout (:meth:`ShardedProcess.copy_full_weights`), so ranks
-generate episodes of any length without collectives.
+passes during the rollout included. HF rollouts are sampled by an unsharded copy of the
+weights that every rank refreshes before each rollout (:meth:`ShardedProcess.copy_full_weights`),
+so ranks generate episodes of any length without collectives; a vLLM engine gets the gathered
+weights instead.
 """
 
 from __future__ import annotations
@@ -192,8 +193,8 @@ def shard_module(module: torch.nn.Module, compute_dtype: torch.dtype | None = No
     """FSDP2 over ``module`` (the policy's ``training.objective.PolicyScorer`` or PPO's
     ``training.models.ValueModel``: anything with an ``fsdp_units()`` method), in place: each
     of its units (decoder layers) is sharded on its own, the root holds the rest (embeddings,
-    final norm, LM head). With a ``compute_dtype``, the weights are gathered in it and gradients reduced
-    in float32."""
+    final norm, LM head). With a ``compute_dtype``, the weights are gathered in it and
+    gradients reduced in float32."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     # The module's inputs stay as they are: the rollout's log-probs in them are float32.
