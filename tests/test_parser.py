@@ -29,7 +29,7 @@ def usage_error(capsys, *argv: str) -> str:
 
 def _changed(name: str, kind, default):
     """A valid value of field ``name`` that differs from its default."""
-    special = {"device": "cuda:1", "rollout_backend": "vllm", "lora": True}  # vllm needs lora
+    special = {"device": "cuda:1", "rollout_backend": "vllm", "lora": True}
     if name in special:
         return special[name]
     optional, base = _optional_base(kind)

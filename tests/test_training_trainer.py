@@ -86,9 +86,10 @@ def _episode(task, group, rewards, prompt_ids, response_ids):
     return Trajectory(task_id=task, task_type="guess", group_index=group, transitions=transitions)
 
 
-def test_vllm_rollouts_need_lora_and_a_known_backend(tmp_path):
-    with pytest.raises(ValueError, match="needs lora: true"):
-        TrainConfig(rollout_backend="vllm", lora=False, output_dir=str(tmp_path))
+def test_vllm_rollouts_take_lora_or_full_weights_and_need_a_known_backend(tmp_path):
+    for lora in (True, False):  # the adapter, or every weight, is synced into the engine
+        assert TrainConfig(rollout_backend="vllm", lora=lora).rollout_backend == "vllm"
+    assert TrainConfig(rollout_backend="vllm", lora=False, sharding="fsdp").sharding == "fsdp"
     with pytest.raises(ValueError, match="rollout_backend"):
         TrainConfig(rollout_backend="sglang", output_dir=str(tmp_path))
 
