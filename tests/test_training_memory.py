@@ -78,7 +78,8 @@ def test_a_paper_7b_config_needs_fsdp_on_80_gib_gpus(qwen7b_folder, monkeypatch)
     assert paper.sharding == "fsdp" and not paper.lora
     config = replace(paper, model=str(qwen7b_folder))
     with pytest.raises(ValueError, match=r"does not fit one GPU of 80.0 GiB: estimated memory "
-                                         r"per process \(1 process, 7.62 B parameters\).*"
+                                         r"per process \(fsdp, 1 process, 7.62 B parameters\):"
+                                         r" 98.9 GiB.*sampler 14.19.*"
                                          r"change: lora: true; sharding: fsdp over more GPUs"):
         check_fits(config, 1, 80 * GiB)
     fits = check_fits(config, 8, 80 * GiB)

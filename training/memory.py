@@ -54,7 +54,7 @@ class MemoryEstimate:
         parts = ", ".join(f"{name} {value / GiB:.2f}" for name, value in self.parts.items()
                           if value)
         how = (f"{self.sharding}, {self.processes} processes" if self.processes > 1
-               else "1 process")
+               else "fsdp, 1 process" if self.sharding == "fsdp" else "1 process")
         count = (f"{self.parameters / 1e9:.2f} B" if self.parameters >= 1e9
                  else f"{self.parameters / 1e6:.1f} M")
         return (f"estimated memory per process ({how}, {count} parameters): "
