@@ -686,7 +686,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
             except ValueError as error:
                 raise ValueError(f"{name}: {error}") from None
     config = cls(**values)
-    check_config(config)  # TrainConfig checks itself; SFTConfig, DemoConfig ... here
+    check_config(config)  # for the configs that do not check themselves (DemoConfig ...)
     return config
 
 

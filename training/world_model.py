@@ -73,8 +73,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
-from training.config import bounded
-from training.config import check_config as check_fields
+from training.config import bounded, check_config
 from training.serialization import WMContext
 
 # torch, transformers and sentence-transformers are imported inside the functions: the CLI
@@ -182,6 +181,17 @@ class WorldModelConfig:
     """Print a metrics line every this many steps."""
     progress: bool = True
     """Show a progress bar."""
+
+    def _check_relations(self) -> None:
+        """What goes with ``method``, and a usable ``reward``
+        (:func:`training.config.check_config` calls this after the fields' types and bounds)."""
+        if self.method == "rwml" and self.group_size < 2:
+            raise ValueError(f"group_size={self.group_size} is invalid; expected an integer >= 2 "
+                             f"for rwml (GRPO compares the answers of a group)")
+        if self.temperature <= 0 and self.method == "rwml":
+            raise ValueError(f"temperature={self.temperature} is invalid; expected a number > 0 "
+                             f"for rwml (GRPO samples)")
+        make_reward(self.reward, self.tau, self.embedding_model)  # raises for a bad name
 
 
 @dataclass(frozen=True)
@@ -646,20 +656,6 @@ def record_replay(env_id: str, agent_name: str, episodes: int, out_dir: str | Pa
                 episodes, 1, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed,
                 task_seeds=list(range(seed, seed + episodes)), progress=progress)
     return Path(out_dir)
-
-
-def check_config(config: WorldModelConfig) -> None:
-    """``ValueError`` (one line, naming the value and what is accepted) for a bad setting:
-    :func:`training.config.check_config` (types, choices, each field's bounds), then what goes
-    with ``method``."""
-    check_fields(config)
-    if config.method == "rwml" and config.group_size < 2:
-        raise ValueError(f"group_size={config.group_size} is invalid; expected an integer >= 2 "
-                         f"for rwml (GRPO compares the answers of a group)")
-    if config.temperature <= 0 and config.method == "rwml":
-        raise ValueError(f"temperature={config.temperature} is invalid; expected a number > 0 "
-                         f"for rwml (GRPO samples)")
-    make_reward(config.reward, config.tau, config.embedding_model)  # raises for a bad name
 
 
 def train_world_model(config: WorldModelConfig) -> tuple[Path, list[dict[str, Any]]]:

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from training.config import bounded
+
 
 @dataclass
 class RecordArguments:
@@ -28,7 +30,7 @@ class RecordArguments:
     record_agent: Literal["expert", "random", "policy"] = "policy"
     """Who plays them: expert, random, or policy (--model sampled at temperature 1, RWML's own
     rollouts)."""
-    record_episodes: int = 50
+    record_episodes: int = bounded(50, 1)
     """Episodes to record (task seeds seed .. seed+N-1)."""
     record_env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Env constructor arguments for --record_env: key=value[,key=value] or a YAML mapping."""
@@ -45,22 +47,15 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     from training.cli import UserError, arguments_from, check_env, claim_output_folder
-    from training.world_model import WorldModelConfig, check_config, record_replay, \
-        train_world_model
+    from training.world_model import WorldModelConfig, record_replay, train_world_model
 
-    config = arguments_from(args, WorldModelConfig)
+    config = arguments_from(args, WorldModelConfig)  # types, bounds and _check_relations
     recording = arguments_from(args, RecordArguments)
-    try:
-        check_config(config)
-    except ValueError as error:
-        raise UserError(str(error)) from None
     if config.replay and recording.record_env:
         raise UserError("give --replay or --record_env, not both (recorded episodes go to "
                         "<output_dir>/replay)")
     if recording.record_env:
         check_env(recording.record_env, recording.record_env_kwargs)
-        if recording.record_episodes < 1:
-            raise UserError(f"--record_episodes must be >= 1, got {recording.record_episodes}")
     elif not config.replay:
         raise UserError("give --replay DIR (a WMReplay, e.g. from `paw-gym play --replay`) or "
                         "--record_env ENV to record one")
