@@ -155,6 +155,8 @@ def _no_collection(*args):
 def record_gradients(trainer) -> list[dict]:
     """A list that receives the policy's gradients at every optimizer step (after DDP's
     all-reduce and clipping, as the optimizer sees them)."""
+    from training.distributed import whole
+
     steps: list[dict] = []
     named = [(n, p) for n, p in trainer.model.named_parameters() if p.requires_grad]
 
@@ -166,13 +168,10 @@ def record_gradients(trainer) -> list[dict]:
     return steps
 
 
-def whole(tensor):
-    """A tensor, gathered whole if FSDP shards it (a DTensor; collective)."""
-    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
-
-
 def trained_parameters(trainer) -> dict:
     """Every trainable tensor of the policy, and the PPO critic's, as CPU copies."""
+    from training.distributed import whole
+
     params = {f"policy.{n}": whole(p).detach().cpu().clone()
               for n, p in trainer.model.named_parameters() if p.requires_grad}
     if trainer.critic is not None:

@@ -52,6 +52,32 @@ def test_a_plain_process_is_a_world_of_one(monkeypatch):
     assert world.gather([1, 2]) == [1, 2] and world.reduce({"a": 2.0}) == {"a": 2.0}
 
 
+def test_sharded_ranks_pad_to_the_same_number_of_passes(tmp_path):
+    """Under FSDP each forward is a collective, so a rank with fewer micro-batches runs extra
+    (zero-weight) passes: in a real 2-process launch rank 0 needs 1 pass and rank 1 needs 3,
+    and both run 3. Without sharding each rank runs its own."""
+    script = tmp_path / "passes.py"
+    script.write_text(textwrap.dedent("""
+        import json, sys
+        from training.distributed import setup, shutdown
+        world = setup("cpu", sharding=sys.argv[1])
+        items = [f"r{world.rank}-{k}" for k in range(1 + 2 * world.rank)]
+        print(json.dumps([world.rank, world.equal_passes(items)]))
+        shutdown()
+    """))
+    passes = {}
+    for sharding in ("fsdp", "ddp"):
+        done = _launch([*_torchrun(2), str(script), sharding], cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        passes[sharding] = dict(json.loads(line) for line in done.stdout.splitlines()
+                                if line.startswith("["))
+    assert passes["fsdp"] == {0: [["r0-0", False], ["r0-0", True], ["r0-0", True]],
+                              1: [["r1-0", False], ["r1-1", False], ["r1-2", False]]}
+    assert passes["ddp"] == {0: [["r0-0", False]],
+                             1: [["r1-0", False], ["r1-1", False], ["r1-2", False]]}
+    assert SingleProcess().equal_passes(["a", "b"]) == [("a", False), ("b", False)]
+
+
 def test_a_launch_refuses_one_gpu_for_every_process(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ValueError, match=r"device='cuda:0' would put every process on one "

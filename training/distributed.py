@@ -26,7 +26,7 @@ With ``sharding: fsdp`` (:class:`ShardedProcess`) the same holds with FSDP2 in p
 each decoder layer of the scorer (and of PPO's critic) and the scorer itself are
 ``fully_shard``-ed, FSDP's reduce-scatter averages the gradients as DDP's all-reduce does, and
 since every forward all-gathers each layer's parameters, every rank runs the same number of
-passes (:meth:`SingleProcess.pass_count`; the extra ones are zero-weight), the critic's value
+passes (:meth:`SingleProcess.equal_passes`; the extra ones are zero-weight), the critic's value
 passes during the rollout included. HF rollouts are sampled by an unsharded copy of the
 weights that every rank refreshes before each rollout (:meth:`ShardedProcess.copy_full_weights`),
 so ranks generate episodes of any length without collectives; a vLLM engine gets the gathered
@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -45,6 +45,12 @@ import torch
 def launched_world_size() -> int:
     """Processes in this launch (``WORLD_SIZE``, set by torchrun and accelerate launch)."""
     return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def whole(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` gathered whole if FSDP shards it (a DTensor: collective, every rank calls
+    it); any other tensor as it is."""
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
 
 
 def group_shard(n_groups: int, world_size: int, rank: int) -> range:
@@ -119,6 +125,14 @@ class SingleProcess:
         """How many forward + backward passes this rank runs when it needs ``passes``: its own
         number, except under FSDP (every rank the largest)."""
         return passes
+
+    def equal_passes(self, items: Sequence) -> list[tuple[Any, bool]]:
+        """``(item, extra)`` for each pass over ``items`` (non-empty): every item once
+        (``extra`` False), then, where another rank needs more passes (FSDP: each pass is a
+        collective), ``items[0]`` again with ``extra`` True: a pass to run with zero weight or
+        discard."""
+        count = self.pass_count(len(items))
+        return [(item, False) for item in items] + [(items[0], True)] * (count - len(items))
 
     sharded = False
     #: The dtype of the training passes when it is not the weights' (FSDP mixed precision).
@@ -247,7 +261,7 @@ class ShardedProcess(MultiProcess):
         """Every parameter of ``sharded`` gathered, one at a time, into the unsharded model
         ``full`` of the same architecture (collective: every rank calls it)."""
         for source, target in zip(sharded.parameters(), full.parameters(), strict=True):
-            target.copy_(source.full_tensor())
+            target.copy_(whole(source))
 
     @staticmethod
     def save_sharded(module: torch.nn.Module, optimizer, folder) -> None:

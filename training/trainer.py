@@ -436,9 +436,8 @@ class PaWTrainer:
                 self.model.save_pretrained(path)
                 self.vllm.load_adapter(path)
             else:
-                self.vllm.load_weights(
-                    (name, param.full_tensor() if hasattr(param, "full_tensor") else param)
-                    for name, param in self.model.named_parameters())
+                self.vllm.load_weights((name, distributed.whole(param))
+                                       for name, param in self.model.named_parameters())
             self.weight_sync_time = time.perf_counter() - start
             self._vllm_synced_step = self.step
         return self.vllm
@@ -451,7 +450,7 @@ class PaWTrainer:
         config = self.config
         start = time.perf_counter()
         values = (critic_values(self.critic, trajectories, config, self.policy.pad_id,
-                                self.device, self.world.pass_count)
+                                self.device, self.world)
                   if self.critic is not None else None)
         # The gather waits for the slowest rank's rollout: that time is rollout time.
         gather_start = time.perf_counter()
@@ -596,15 +595,12 @@ class PaWTrainer:
         mine, idle = self._share(batch, rows)
         scale = 0.0 if idle else float(self.world.world_size)
         finite = True
-        micro_batches = self._micro_batches(batch, mine)
-        passes = self.world.pass_count(len(micro_batches))
-        for k in range(passes):
-            extra = k >= len(micro_batches)  # FSDP: a zero-weight pass to match the other ranks
-            micro = micro_batches[0 if extra else k]
+        passes = self.world.equal_passes(self._micro_batches(batch, mine))
+        for k, (micro, extra) in enumerate(passes):
             mb = collate(batch.samples, micro, self.policy.pad_id, self.device)
             local = [position[i] for i in micro]
             # Only the last backward of the step all-reduces the accumulated gradients.
-            with self.world.no_sync(self.scorer, sync=k == passes - 1):
+            with self.world.no_sync(self.scorer, sync=k == len(passes) - 1):
                 loss, stats = micro_batch_loss(self.scorer, mb, w_rl[local], w_wm[local],
                                                self.settings, self.config.logits_chunk)
                 (loss * (0.0 if extra else scale)).backward()
@@ -618,9 +614,9 @@ class PaWTrainer:
                 totals[key] = totals.get(key, 0.0) + value
         finite = self.world.all_true(finite)
         params = trainable_parameters(self.model)
-        norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm) if finite else None
-        if hasattr(norm, "full_tensor"):  # FSDP: a DTensor of the global norm
-            norm = norm.full_tensor()
+        # FSDP's norm is a DTensor of the global norm.
+        norm = distributed.whole(torch.nn.utils.clip_grad_norm_(
+            params, self.config.max_grad_norm)) if finite else None
         if not finite or not torch.isfinite(norm):
             # Skip the step: the weights and the optimizer state stay exactly as they were.
             self.optimizer.zero_grad(set_to_none=True)
@@ -640,12 +636,10 @@ class PaWTrainer:
         scale = 0.0 if idle else float(self.world.world_size)
         parts = token_budget_batches([batch.samples[i].prompt_len for i in mine],
                                      self.config.token_budget)
-        passes = self.world.pass_count(len(parts))
+        passes = self.world.equal_passes(parts)
         total = 0.0
-        for k in range(passes):
-            extra = k >= len(parts)  # FSDP: a zero-weight pass to match the other ranks
-            part = parts[0 if extra else k]
-            with self.world.no_sync(self.critic_trainer, sync=k == passes - 1):
+        for k, (part, extra) in enumerate(passes):
+            with self.world.no_sync(self.critic_trainer, sync=k == len(passes) - 1):
                 loss = critic_loss(self.critic_trainer, [batch.samples[mine[j]] for j in part],
                                    self.policy.pad_id, self.device) / len(rows)
                 (loss * (0.0 if extra else scale)).backward()

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 
 from agents.types import Trajectory
 from training.batch import Sample, token_budget_batches
+from training.distributed import SingleProcess
 
 #: verl's default value-clip range.
 VALUE_CLIP = 0.5
@@ -26,21 +25,20 @@ def _prompt_tensors(prompts: list[list[int]], pad_id: int, device):
 
 @torch.no_grad()
 def critic_values(critic, trajectories: list[Trajectory], config, pad_id: int, device,
-                  pass_count: Callable[[int], int] = int) -> list[list[float]]:
+                  world: SingleProcess | None = None) -> list[list[float]]:
     """V(h_t) per step per trajectory (prompts cut to ``max_seq_len`` from the left).
 
-    ``pass_count(n)``: how many forward passes to run when this process needs ``n`` (a sharded
-    critic's passes are collectives, so every rank runs the largest count; the extra passes
-    repeat a batch and are discarded)."""
+    ``world``: this process's (default: a single process). A sharded critic's passes are
+    collectives, so every rank runs as many as the rank that needs most
+    (:meth:`~training.distributed.SingleProcess.equal_passes`); the extra ones are discarded."""
     prompts = [s.output.prompt_ids[-config.max_seq_len:] or [pad_id]
                for t in trajectories for s in t.transitions] or [[pad_id]]
     flat: list[float] = [0.0] * len(prompts)
     batches = token_budget_batches([len(p) for p in prompts], config.token_budget)
-    for k in range(pass_count(len(batches))):
-        rows = batches[k % len(batches)]
+    for rows, extra in (world or SingleProcess()).equal_passes(batches):
         ids, mask, last = _prompt_tensors([prompts[i] for i in rows], pad_id, device)
         values = critic(ids, mask, last).tolist()
-        if k < len(batches):
+        if not extra:
             for i, v in zip(rows, values):
                 flat[i] = v
     out, k = [], 0
