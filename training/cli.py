@@ -213,16 +213,14 @@ def arguments_from(args: argparse.Namespace, cls: type[T]) -> T:
     """An instance of ``cls`` from the parsed ``args``. For the command's ``config`` class: its
     ``--config`` file with the flags that were given on top; a bad file or value is a
     :class:`UserError`."""
-    from training.config import check_config, load_config
+    from training.config import load_config
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
              if f.init and hasattr(args, f.name)}
     try:
         if cls is getattr(args, "_config_class", None):
             return load_config(args.config, given, cls=cls)
-        arguments = cls(**given)
-        check_config(arguments)  # every command's fields: types, choices, bounds
-        return arguments
+        return cls(**given)  # a CheckedConfig: types, choices, bounds, relations
     except (ValueError, FileNotFoundError) as error:
         raise UserError(str(error)) from error
 

@@ -26,6 +26,15 @@ Algo = Literal["grpo", "gigpo", "rloo", "ppo"]
 ALGOS: tuple[str, ...] = typing.get_args(Algo)
 
 
+class CheckedConfig:
+    """Base of every config and command-arguments dataclass: made means checked
+    (:func:`check_config` runs in ``__post_init__``), so a bad value fails where it is given,
+    whether from a YAML file, the command line or Python."""
+
+    def __post_init__(self) -> None:
+        check_config(self)
+
+
 @dataclass(frozen=True)
 class Bounds:
     """The values a numeric field accepts, declared with the field (:func:`bounded`) and
@@ -71,7 +80,7 @@ def bounded(default: Any, low: float | None = None, high: float | None = None, *
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(CheckedConfig):
     """PaW training run. Defaults are the paper's WebShop settings where it states them."""
 
     # -- model -------------------------------------------------------------------------------
@@ -310,13 +319,6 @@ class TrainConfig:
         """Rollout groups per update: ``n_groups`` of ``group_size`` trajectories, or for PPO
         ``n_groups × group_size`` tasks of one trajectory each."""
         return self.n_groups * (self.group_size if self.algo == "ppo" else 1)
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Raise ValueError naming the bad value (:func:`check_config`)."""
-        check_config(self)
 
     def _check_relations(self) -> None:
         """What the fields' own types and bounds cannot say: settings that go together."""
@@ -685,9 +687,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
                 values[name] = parse_value(value, kinds[name])
             except ValueError as error:
                 raise ValueError(f"{name}: {error}") from None
-    config = cls(**values)
-    check_config(config)  # for the configs that do not check themselves (DemoConfig ...)
-    return config
+    return cls(**values)  # which checks itself (CheckedConfig)
 
 
 #: The comment line of a shipped config that names what to run before it (see

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from training.config import bounded, check_config
+from training.config import CheckedConfig, bounded, check_config
 from training.serialization import WMContext
 
 
@@ -33,7 +33,7 @@ BASE_RECIPE_VERSION = 2
 
 
 @dataclass
-class DemoConfig:
+class DemoConfig(CheckedConfig):
     """Settings of ``paw-gym demo`` (sized for 2 CPU cores: ~6 minutes with the one-time base
     build, ~2 minutes once the base is cached). Defaults: GRPO + PaW on ``PaW/Shelf-v0``;
     ``configs/demo/webshop_sft.yaml`` holds the earlier WebShop settings (which do not learn at
@@ -243,7 +243,7 @@ def check_demo_config(config: DemoConfig) -> None:
     """``ValueError`` naming the bad setting and what is accepted, before any work (the RL
     stage's settings are checked by :class:`~training.config.TrainConfig`, under the demo's
     names)."""
-    check_config(config)
+    check_config(config)  # a config changed after it was made
     try:
         rl_config(config, Path(config.output_dir) / "base-model",
                   Path(config.output_dir) / "rl")

@@ -33,12 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
-from training.config import bounded, check_config
+from training.config import CheckedConfig, bounded, check_config
 from training.serialization import Serialized, WMContext
 
 
 @dataclass
-class PretrainConfig:
+class PretrainConfig(CheckedConfig):
     """Next-token pretraining on the transcripts of a WM replay."""
 
     model: str = "runs/tiny-model"
@@ -70,9 +70,6 @@ class PretrainConfig:
     """cpu, cuda ... (None: CUDA when available)."""
     progress: bool = True
     """Show a progress bar."""
-
-    def __post_init__(self) -> None:
-        check_config(self)
 
     def _check_relations(self) -> None:
         if self.rows == "episode" and self.wm_context != "next_turn":

@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from training.config import bounded, check_config
+from training.config import CheckedConfig, bounded
 
 # torch and the batching code are imported inside the functions: ``paw-gym`` imports this
 # module (for SFTConfig) when it builds its parser, and must stay quick to start.
 
 
 @dataclass
-class SFTConfig:
+class SFTConfig(CheckedConfig):
     """Supervised warm start on recorded expert transitions."""
 
     model: str = "runs/tiny-model"
@@ -62,10 +62,6 @@ class SFTConfig:
     """cpu, cuda ... (None: CUDA when available)."""
     progress: bool = True
     """Show a progress bar."""
-
-    def __post_init__(self) -> None:
-        """Raise ValueError naming the bad value, before any model or replay is read."""
-        check_config(self)
 
 
 def load_examples(policy, replay_dir: str | Path, successful_only: bool, max_seq_len: int):

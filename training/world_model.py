@@ -73,7 +73,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
-from training.config import bounded, check_config
+from training.config import CheckedConfig, bounded, check_config
 from training.serialization import WMContext
 
 # torch, transformers and sentence-transformers are imported inside the functions: the CLI
@@ -97,7 +97,7 @@ PROMPT_TEMPLATE = (
 
 
 @dataclass
-class WorldModelConfig:
+class WorldModelConfig(CheckedConfig):
     """Training a world model on a WM replay (``paw-gym train-wm``)."""
 
     method: Literal["rwml", "sft", "cmae"] = "rwml"
@@ -668,7 +668,7 @@ def train_world_model(config: WorldModelConfig) -> tuple[Path, list[dict[str, An
     from training.metrics_log import MetricsLogger, plot_curves
     from training.models import Reference
 
-    check_config(config)
+    check_config(config)  # a config changed after it was made
     out = Path(config.output_dir)
     replay = config.replay or str(out / "replay")
     train, validation = split_examples(load_examples(replay), config.seed, config.val_fraction)

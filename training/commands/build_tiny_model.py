@@ -6,11 +6,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from training.config import bounded
+from training.config import CheckedConfig, bounded
 
 
 @dataclass
-class TinyModelArguments:
+class TinyModelArguments(CheckedConfig):
     """What ``paw-gym build-tiny-model`` builds and from which env text."""
 
     out: str

@@ -15,11 +15,11 @@ from typing import Any, Literal
 
 AGENTS = ("policy", "react", "reflexion", "random", "expert")
 
-from training.config import bounded
+from training.config import CheckedConfig, bounded
 
 
 @dataclass
-class EvalArguments:
+class EvalArguments(CheckedConfig):
     """What ``paw-gym eval`` plays and where it writes the tables."""
 
     env: str | None = None

@@ -29,11 +29,11 @@ from typing import Literal
 from training.serialization import WMContext
 from training.world_model import DEFAULT_TAU
 
-from training.config import bounded
+from training.config import CheckedConfig, bounded
 
 
 @dataclass
-class EvalWMArguments:
+class EvalWMArguments(CheckedConfig):
     """What ``paw-gym eval-wm`` evaluates and where it writes."""
 
     replay: str | None = None

@@ -17,7 +17,7 @@ TaskType = Literal["pick_and_place_simple", "look_at_obj_in_light",
                    "pick_clean_then_place_in_recep", "pick_heat_then_place_in_recep",
                    "pick_cool_then_place_in_recep", "pick_two_obj_and_place"]
 
-from training.config import bounded
+from training.config import CheckedConfig, bounded
 
 
 #: Games per task type and split beyond which a generation would run for days.
@@ -25,7 +25,7 @@ MAX_PER_TYPE = 100_000
 
 
 @dataclass
-class GenAlfworldArguments:
+class GenAlfworldArguments(CheckedConfig):
     """Which ALFWorld games ``paw-gym gen-alfworld`` generates, and where."""
 
     out: str

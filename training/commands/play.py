@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from training.config import bounded
+from training.config import CheckedConfig, bounded
 
 
 #: More episodes than this would run for days and print a table nobody reads.
@@ -21,7 +21,7 @@ MAX_EPISODES = 1_000_000
 
 
 @dataclass
-class PlayArguments:
+class PlayArguments(CheckedConfig):
     """What ``paw-gym play`` plays and records."""
 
     env: str

@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.config import bounded
+from training.config import CheckedConfig, bounded
 
 
 @dataclass
-class ServeEnvArguments:
+class ServeEnvArguments(CheckedConfig):
     """Which env ``paw-gym serve-env`` serves, where, and to how many clients."""
 
     env: str

@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from training.config import bounded
+from training.config import CheckedConfig, bounded
 
 
 @dataclass
-class ServeRetrieverArguments:
+class ServeRetrieverArguments(CheckedConfig):
     """What ``paw-gym serve-retriever`` indexes and where it listens."""
 
     corpus: str = "embedded"

@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from training.config import CheckedConfig
+
 
 @dataclass
-class SFTArguments:
+class SFTArguments(CheckedConfig):
     """Expert episodes to record into --replay before fine-tuning."""
 
     record_env: str | None = None

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from training.config import CheckedConfig
+
 
 @dataclass
-class TrainArguments:
+class TrainArguments(CheckedConfig):
     """Where ``paw-gym train`` starts from."""
 
     resume: str | None = field(default=None, metadata={"nargs": "?", "const": "latest"})

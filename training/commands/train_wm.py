@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from training.config import bounded
+from training.config import CheckedConfig, bounded
 
 
 @dataclass
-class RecordArguments:
+class RecordArguments(CheckedConfig):
     """Episodes to record into <output_dir>/replay before training (instead of --replay)."""
 
     record_env: str | None = None
