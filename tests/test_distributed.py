@@ -57,24 +57,27 @@ def test_sharded_ranks_pad_to_the_same_number_of_passes(tmp_path):
     (zero-weight) passes: in a real 2-process launch rank 0 needs 1 pass and rank 1 needs 3,
     and both run 3. Without sharding each rank runs its own."""
     script = tmp_path / "passes.py"
+    # Each rank writes its own file: the ranks share torchrun's stdout, where lines interleave.
     script.write_text(textwrap.dedent("""
         import json, sys
+        from pathlib import Path
         from training.distributed import setup, shutdown
         world = setup("cpu", sharding=sys.argv[1])
         items = [f"r{world.rank}-{k}" for k in range(1 + 2 * world.rank)]
-        print(json.dumps([world.rank, world.equal_passes(items)]))
+        Path(f"{sys.argv[1]}-rank{world.rank}.json").write_text(
+            json.dumps(world.equal_passes(items)))
         shutdown()
     """))
     passes = {}
     for sharding in ("fsdp", "ddp"):
         done = _launch([*_torchrun(2), str(script), sharding], cwd=tmp_path)
         assert done.returncode == 0, done.stderr[-3000:]
-        passes[sharding] = dict(json.loads(line) for line in done.stdout.splitlines()
-                                if line.startswith("["))
-    assert passes["fsdp"] == {0: [["r0-0", False], ["r0-0", True], ["r0-0", True]],
-                              1: [["r1-0", False], ["r1-1", False], ["r1-2", False]]}
-    assert passes["ddp"] == {0: [["r0-0", False]],
-                             1: [["r1-0", False], ["r1-1", False], ["r1-2", False]]}
+        passes[sharding] = [json.loads((tmp_path / f"{sharding}-rank{rank}.json").read_text())
+                            for rank in (0, 1)]
+    assert passes["fsdp"] == [[["r0-0", False], ["r0-0", True], ["r0-0", True]],
+                              [["r1-0", False], ["r1-1", False], ["r1-2", False]]]
+    assert passes["ddp"] == [[["r0-0", False]],
+                             [["r1-0", False], ["r1-1", False], ["r1-2", False]]]
     assert SingleProcess().equal_passes(["a", "b"]) == [("a", False), ("b", False)]
 
 
