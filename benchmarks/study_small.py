@@ -74,7 +74,38 @@ ENV = SHELF.id
 TEMPLATE = "{current_observation} Actions: [{admissible_actions}]."
 PROMPT = dict(template=TEMPLATE, history_length=0)
 HELD_OUT = list(range(10_000, 10_064))
-STARTS = {"normal": 0.5, "sparse": 0.9}
+
+
+@dataclass(frozen=True)
+class Start:
+    """How a study start is built: pretraining on noisy-expert transcripts of the train split."""
+
+    epsilon: float
+    """The noisy expert's share of random admissible actions."""
+    loss_on: str = "all"
+    """``PretrainConfig.loss_on``: ``all`` also teaches the env's dynamics (o_next after h ⊕ a);
+    ``no_next_observation`` and ``action`` leave them out (issue 38)."""
+    size: str = "nano"
+    """Tiny model size (``agents.tiny_model``)."""
+    steps: int = 500
+    """Pretraining steps (16 transcripts each, lr 1e-3)."""
+
+    def describe(self) -> str:
+        what = {"all": "every token", "no_next_observation": "h ⊕ a, no o_next",
+                "action": "action tokens only"}[self.loss_on]
+        return (f"noisy-expert ε = {self.epsilon}, loss on {what}, {self.size}, "
+                f"{self.steps} steps")
+
+
+STARTS = {
+    "normal": Start(0.5),
+    "sparse": Start(0.9),
+    # Starts that never learned the environment's dynamics (issue 38).
+    "no_next_obs": Start(0.5, loss_on="no_next_observation"),
+    "actions_only": Start(0.5, loss_on="action"),
+    # The size axis: the same recipe with the ≈ 5 M-parameter model.
+    "no_next_obs_micro": Start(0.5, loss_on="no_next_observation", size="micro"),
+}
 VARIANTS: dict[str, dict[str, Any]] = {
     "grpo": {"algo": "grpo", "paw": False},
     "grpo_paw": {"algo": "grpo", "paw": True},
@@ -116,11 +147,12 @@ VAL_TEMPERATURE = 0.4
 MILESTONES = 4
 
 
-def build_start(root: Path, epsilon: float = 0.5, steps: int = 500, seed: int = 0,
+def build_start(root: Path, start: Start = STARTS["normal"], seed: int = 0,
                 env: StudyEnv = SHELF, rows: str = "transition") -> Path:
-    """A nano model that reads its prompt: a tokenizer trained on, and next-token pretraining
-    over, 1000 noisy-expert episodes (train split), one row per transition (or per episode
-    transcript: ``rows="episode"``, the form TRL trains). Built once per folder."""
+    """A tiny model that reads its prompt: a tokenizer trained on, and next-token pretraining
+    (on the tokens ``start.loss_on`` names) over, 1000 noisy-expert episodes (train split), one
+    row per transition (or per episode transcript: ``rows="episode"``, the form TRL trains).
+    Built once per folder."""
     from agents.tiny_model import build_tiny_model
     from training.pretrain import PretrainConfig, run_pretrain
     from training.sft import record_expert_demos
@@ -129,13 +161,14 @@ def build_start(root: Path, epsilon: float = 0.5, steps: int = 500, seed: int = 
     model = root / "base"
     if (model / "config.json").is_file():
         return model
-    demos = record_expert_demos(env.id, 1000, root / "demos", seed=seed, epsilon=epsilon,
+    demos = record_expert_demos(env.id, 1000, root / "demos", seed=seed, epsilon=start.epsilon,
                                 max_steps=env.max_steps, split="train", **PROMPT)
+    # The tokenizer reads o_next too: the PaW term must be able to write it.
     texts = [r[k] for r in WMReplay.load(demos) for k in ("h", "a", "o_next")]
-    tiny = build_tiny_model(texts, root / "init", size="nano", seed=seed)
+    tiny = build_tiny_model(texts, root / "init", size=start.size, seed=seed)
     run_pretrain(PretrainConfig(model=str(tiny), replay=str(demos), output_dir=str(model),
-                                steps=steps, lr=1e-3, batch_size=16, seed=seed, device="cpu",
-                                rows=rows, progress=False))
+                                steps=start.steps, lr=1e-3, batch_size=16, seed=seed,
+                                device="cpu", rows=rows, loss_on=start.loss_on, progress=False))
     return model
 
 
@@ -194,12 +227,49 @@ def train_and_evaluate(start: Path, output_dir: Path, seed: int = 0, updates: in
     history = PaWTrainer(config).train()
     records = read_metrics(Path(output_dir) / "metrics.jsonl")
     val = [{"step": r["step"], "success": 100 * r["val_success"],
-            **({"wm_exact": 100 * r["val_wm_exact"], "wm_token": 100 * r["val_wm_token"]}
-               if "val_wm_exact" in r else {})} for r in records if "val_success" in r]
+            **{key: 100 * r[f"val_{key}"] for key in WM_SCORES if f"val_{key}" in r}}
+           for r in records if "val_success" in r]
     return {"before": val[0]["success"], "after": val[-1]["success"], "val": val,
-            "curve": [{k: h[k] for k in ("step", "success", "reward", "action_entropy",
-                                         "invalid_frac", "wm_leak", "lambda_mean")}
-                      for h in history]}
+            "curve": [{k: h[k] for k in CURVE_KEYS} for h in history]}
+
+
+#: The world-model readings each validation keeps (``val_<key>`` in metrics.jsonl, in %).
+WM_SCORES = ("wm_exact", "wm_token", "wm_token_kept", "wm_token_changed")
+#: The per-update training metrics each result keeps.
+CURVE_KEYS = ("step", "success", "reward", "action_entropy", "invalid_frac", "wm_leak",
+              "lambda_mean", "wm_term", "wm_clipped_frac", "wm_selected", "wm_trained_frac",
+              "wm_active_tokens", "transitions")
+
+
+def profile_start(name: str, work: Path, env: StudyEnv = SHELF) -> dict[str, Any]:
+    """What start ``name`` knows before any RL, kept in ``<results>_starts/<name>.json``: its reading
+    probe (expert action ranked first on the held-out reset prompts), held-out success (every
+    task once, as validation measures it), its next-observation accuracy on the held-out
+    transitions (:func:`training.pretrain.next_observation_accuracy`, ``next_turn``) and the
+    CPU seconds its build took (when built by this call)."""
+    import torch
+
+    from agents.hf_policy import HFPolicy
+    from training.pretrain import next_observation_accuracy, reading_probe
+
+    path = RESULTS / f"{env.results}_starts" / f"{name}.json"
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    torch.set_num_threads(1)
+    clock = time.process_time()
+    model = build_start(work / f"start-{name}", STARTS[name], env=env)
+    build_s = time.process_time() - clock
+    policy = HFPolicy(str(model), device="cpu", seed=0)
+    wm = next_observation_accuracy(policy, held_out_transitions(work, env), 512)
+    profile = {"start": name, "recipe": STARTS[name].describe(),
+               "reading_probe": 100 * reading_probe(policy, env.id, HELD_OUT, split="test",
+                                                    **PROMPT),
+               "held_out_success": held_out_success(policy, env),
+               **{f"wm_{key}": value for key, value in wm.items()},
+               "build_cpu_s": round(build_s, 1) if build_s > 1 else None}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(profile, indent=1), encoding="utf-8")
+    return profile
 
 
 def study_name(updates: int, env: StudyEnv = SHELF, mini_batch_size: int = 0) -> str:
@@ -287,7 +357,7 @@ def report(env: str = "shelf", updates: int | None = None, mini_batch_size: int 
         cells = {v: runs.get((start, v), {}) for v in VARIANTS}
         if not any(cells.values()):
             continue
-        lines += [f"### `{study_env.id}`, start `{start}` (noisy-expert ε = {STARTS[start]}), "
+        lines += [f"### `{study_env.id}`, start `{start}` ({STARTS[start].describe()}), "
                   f"{updates} updates, {steps}", "",
                   "| variant | seeds | held-out % at 0 | 25 % | 50 % | 100 % | gain (pp, 95 % CI) "
                   "| WM exact % start → end | WM token % start → end | CPU s / run |",
@@ -402,6 +472,9 @@ def main(argv=None) -> int:
                         help="PPO mini-batch in transitions; 0 (default): one optimizer step on "
                         "the whole rollout per update, as the main job (issue 25)")
     parser.add_argument("--report", action="store_true", help="only print the report")
+    parser.add_argument("--profile", action="store_true",
+                        help="only build and profile the --starts (reading probe, held-out "
+                        "success, next-observation accuracy before RL)")
     parser.add_argument("--pilot", type=int, default=None, metavar="N",
                         help="only run the budget pilot: vanilla GRPO for N updates on seed "
                         f"{PILOT_SEED}, printing its training success per update")
@@ -413,10 +486,13 @@ def main(argv=None) -> int:
         path = pilot(args.env, work, args.pilot)
         print(path.read_text(encoding="utf-8"))
         return 0
+    if args.profile:
+        for start in args.starts:
+            print(json.dumps(profile_start(start, work, study_env)), flush=True)
+        return 0
     if not args.report:
         for start in args.starts:  # once, before workers race to build them
-            build_start(work / f"start-{start}", STARTS[start], env=study_env)
-        held_out_transitions(work, study_env)
+            profile_start(start, work, study_env)
         # Seed-major order: every variant of seed 0 first, so a cut-short study stays paired.
         cells = [(start, variant, seed)
                  for seed in range(args.first_seed, args.first_seed + args.seeds)

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 from agents.hf_policy import HFPolicy  # noqa: E402
 from training.pretrain import (PretrainConfig, cached_build,  # noqa: E402
                                episode_transcripts, next_observation_accuracy, reading_probe,
-                               run_pretrain, transcript_parts)
+                               run_pretrain, trained_part, transcript_parts)
 from training.sft import record_expert_demos  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -103,6 +103,48 @@ def test_next_observation_accuracy_is_greedy_decoding_of_the_next_observation(
         scores[name] = result
     assert scores["pretrained"]["token"] > scores["random"]["token"] + 20
     assert scores["pretrained"]["exact"] > 0
+
+
+def test_loss_on_picks_the_trained_tokens_of_a_row():
+    from training.serialization import Serialized
+
+    row = Serialized(ids=[1, 2, 3, 4, 5, 6, 7, 8], prompt_len=3, action_len=2, separator_len=1,
+                     obs_len=2)
+    assert trained_part(row, "all") == ([1, 2, 3, 4, 5, 6, 7, 8], 1)
+    assert trained_part(row, "no_next_observation") == ([1, 2, 3, 4, 5], 1)
+    assert trained_part(row, "action") == ([1, 2, 3, 4, 5], 3)
+
+
+def test_a_start_pretrained_without_next_observations_knows_less_of_the_world(
+        tiny_model_dir, demos, tmp_path):
+    """The same demos and steps: the all-token start predicts next observations far better
+    than a start trained on h ⊕ a or on the actions alone, which still learned to act (its
+    action tokens' loss fell)."""
+    scores, histories = {}, {}
+    for loss_on in ("all", "no_next_observation", "action"):
+        out, histories[loss_on] = run_pretrain(PretrainConfig(
+            model=str(tiny_model_dir), replay=str(demos), output_dir=str(tmp_path / loss_on),
+            steps=100, batch_size=4, device="cpu", progress=False, loss_on=loss_on))
+        scores[loss_on] = next_observation_accuracy(HFPolicy(str(out), device="cpu"), demos)
+    for blind in ("no_next_observation", "action"):
+        assert scores[blind]["token"] < scores["all"]["token"] - 20, (blind, scores)
+        assert scores[blind]["exact"] < scores["all"]["exact"]
+    assert histories["action"][-1]["loss"] < 0.5 * histories["action"][0]["loss"]
+    with pytest.raises(ValueError, match="loss_on='action' needs rows='transition'"):
+        PretrainConfig(rows="episode", loss_on="action")
+
+
+def test_next_observation_tokens_split_into_kept_and_changed(tiny_model_dir, demos):
+    policy = HFPolicy(str(tiny_model_dir), device="cpu")
+    scores = next_observation_accuracy(policy, demos)
+    share = scores["changed_share"] / 100
+    assert 0 < share < 1
+    assert scores["token"] == pytest.approx(
+        (1 - share) * scores["token_kept"] + share * scores["token_changed"])
+    # An observation that repeats the prompt's text has no changed token.
+    echo = [{"h": "Guess a number. Go higher.", "a": "<action>guess 3</action>",
+             "o_next": "Guess a number. Go higher."}]
+    assert next_observation_accuracy(policy, echo)["changed_share"] == 0.0
 
 
 def test_cached_build_builds_once_and_never_keeps_a_failed_build(tmp_path, monkeypatch):

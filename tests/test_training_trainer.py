@@ -204,6 +204,26 @@ def _record_key(record: dict) -> tuple:
             record["o_next"], record["wm_selected"], record["lambda_g"])
 
 
+def test_wm_coverage_metrics_count_what_the_term_trains_on(tiny_model_dir, tmp_path):
+    """wm_trained_frac: the update's transitions that are selected and in a group with λ_g > 0
+    (read back from the run's replay); wm_active_tokens: with ρ = 1 CMAE masks nothing, so
+    every next-observation token of those transitions."""
+    from wrappers import WMReplay
+
+    config = _config(tiny_model_dir, tmp_path, algo="grpo", paw=True, rho=1.0, total_steps=1,
+                     group_size=4, max_episode_steps=3)
+    trainer = PaWTrainer(config)
+    last = trainer.train()[-1]
+    records = [r for r in WMReplay.load(Path(config.output_dir) / "replay").records
+               if r["update"] == 1]
+    trained = [r for r in records if r["wm_selected"] and r["lambda_g"] > 0]
+    assert last["wm_trained_frac"] == pytest.approx(len(trained) / len(records))
+    tokens = sum(len(trainer.policy.tokenizer(r["o_next"], add_special_tokens=False)["input_ids"])
+                 for r in trained)
+    assert last["wm_active_tokens"] == tokens > 0
+    assert last["wm_clipped_frac"] == 0.0
+
+
 def test_collector_groups_share_tasks(tiny_model_dir, tmp_path):
     config = _config(tiny_model_dir, tmp_path)
     trainer = PaWTrainer(config)

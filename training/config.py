@@ -279,8 +279,10 @@ class TrainConfig(CheckedConfig):
     val_wm_replay: str | None = None
     """A WM replay of held-out transitions on which every validation also reads the policy as
     a world model, in this run's ``wm_context``: ``val_wm_exact`` (share of next observations
-    greedy decoding reproduces exactly) and ``val_wm_token`` (share of their tokens that are
-    the argmax); ``training.pretrain.next_observation_accuracy``. None: not measured."""
+    greedy decoding reproduces exactly), ``val_wm_token`` (share of their tokens that are
+    the argmax) and that share on the tokens a copy of the prompt gives and on the others
+    (``val_wm_token_kept`` / ``val_wm_token_changed``);
+    ``training.pretrain.next_observation_accuracy``. None: not measured."""
     # -- bookkeeping --------------------------------------------------------------------------
     seed: int = bounded(0, 0, 2**32, high_open=True)
     """One seed for Python, NumPy, torch and the envs."""

@@ -59,7 +59,11 @@ METRICS: dict[str, tuple[str, str, float]] = {
     "wm_term": ("world-model term of the objective", "loss", 1.0),
     "wm_clipped_frac": ("observation tokens already learned (p > ρ, left out)", "% of tokens",
                         100.0),
-    "wm_selected": ("transitions in the world-model loss", "transitions", 1.0),
+    "wm_selected": ("transitions selected by action entropy (top α)", "transitions", 1.0),
+    "wm_trained_frac": ("transitions the world-model term trains on (selected, λ_g > 0)",
+                        "% of transitions", 100.0),
+    "wm_active_tokens": ("observation tokens with a world-model gradient", "tokens / update",
+                         1.0),
     "tokens_per_s": ("training throughput", "tokens / s", 1.0),
     "gen_tokens_per_s": ("generation throughput", "tokens / s", 1.0),
     "step_time": ("time per update", "s", 1.0),
@@ -71,13 +75,17 @@ METRICS: dict[str, tuple[str, str, float]] = {
     "val_episode_length": ("held-out episode length", "steps", 1.0),
     "val_wm_exact": ("held-out next observations predicted exactly", "% of transitions", 100.0),
     "val_wm_token": ("held-out next-observation tokens predicted", "% of tokens", 100.0),
+    "val_wm_token_kept": ("held-out next-observation tokens the prompt shows, predicted",
+                          "% of tokens", 100.0),
+    "val_wm_token_changed": ("held-out next-observation tokens the action changed, predicted",
+                             "% of tokens", 100.0),
 }
 #: Training metric -> its validation counterpart, drawn in the same panel.
 VALIDATION_OF = {"reward": "val_return", "success": "val_success",
                  "invalid_frac": "val_invalid_frac", "episode_length": "val_episode_length"}
 #: Panels only PaW runs fill.
 WORLD_MODEL_METRICS = frozenset({"wm_loss", "wm_clipped_frac", "lambda_mean", "wm_term",
-                                 "wm_selected"})
+                                 "wm_selected", "wm_trained_frac", "wm_active_tokens"})
 ALGORITHMS = {"grpo": "GRPO", "gigpo": "GiGPO", "rloo": "RLOO", "ppo": "PPO"}
 #: TensorBoard's default smoothing weight.
 DEFAULT_SMOOTH = 0.6

@@ -11,7 +11,10 @@ policy's turn and opens the environment's), from a ``WMReplay``:
 Env text repeats itself (the task in every prompt, the shelf in the admissible actions, the
 action in the next observation), so this objective is full of copy events, which is how a
 small transformer learns to attend back and copy; it is also world-model pretraining
-(o_next follows h and a).
+(o_next follows h and a). ``loss_on`` can leave the world out: ``no_next_observation`` drops
+o_next from every row, ``action`` trains only the action tokens (the sum and N run over them).
+Such a start reads its prompt and acts but was never trained to predict what the environment
+answers, the regime in which the PaW term has something to teach (issue 38).
 
 The **reading probe** scores held-out prompts: it ranks each prompt's admissible actions by
 log p(response | prompt) (teacher-forced, the response formatted as the demos write it) and
@@ -59,6 +62,14 @@ class PretrainConfig(CheckedConfig):
     """Where o_next follows the action in the transcripts (``training.serialization``; the
     same as the PaW term's ``wm_context``, so the base learns the world in the form PaW
     trains)."""
+    loss_on: Literal["all", "no_next_observation", "action"] = "all"
+    """Which tokens the loss trains. ``all``: every token of chat(h) ⊕ a ⊕ s ⊕ o_next (the
+    start learns what each action does: world-model pretraining). ``no_next_observation``:
+    chat(h) ⊕ a, with o_next left out of the row (the start learns how observations look, from
+    the prompts, but never sees one after an action; prompts with history still show earlier
+    a → o pairs). ``action``: the action tokens only (imitation; the prompt is read, never
+    predicted, so no observation text is trained, history included). The last two build a
+    start without the environment's dynamics (issue 38)."""
     rows: Literal["transition", "episode"] = "transition"
     """``transition``: one row per transition, chat(h) ⊕ a ⊕ s ⊕ o_next; ``episode``: one row
     per episode, its whole chat transcript as :class:`agents.TranscriptAgent` plays it (for
@@ -72,6 +83,9 @@ class PretrainConfig(CheckedConfig):
     """Show a progress bar."""
 
     def _check_relations(self) -> None:
+        if self.rows == "episode" and self.loss_on != "all":
+            raise ValueError(f"rows='episode' trains whole transcripts; loss_on="
+                             f"{self.loss_on!r} needs rows='transition'")
         if self.rows == "episode" and self.wm_context != "next_turn":
             raise ValueError(f"rows='episode' writes environment turns as the next chat turn; "
                              f"wm_context={self.wm_context!r} needs rows='transition'")
@@ -94,6 +108,21 @@ def transcript_parts(policy, transitions, max_seq_len: int,
     if not rows:
         raise ValueError(f"{_describe(transitions)} has no transition with an action")
     return rows
+
+
+def trained_part(row: Serialized, loss_on: str) -> tuple[list[int], int]:
+    """``(ids, first)``: the part of ``row`` that pretraining with ``loss_on`` reads, and the
+    index of its first trained token (every token from ``first`` on is a target; 1 when all
+    are, since the first token has no context)."""
+    if loss_on == "all":
+        return row.ids, 1
+    acted = row.ids[:row.prompt_len + row.action_len]
+    if loss_on == "no_next_observation":
+        return acted, 1
+    if loss_on == "action":
+        return acted, row.prompt_len
+    raise ValueError(f"loss_on={loss_on!r} is invalid; expected all | no_next_observation | "
+                     "action")
 
 
 def episode_transcripts(policy, replay, max_seq_len: int) -> list[list[int]]:
@@ -135,27 +164,51 @@ def next_observation_accuracy(policy, transitions, max_seq_len: int = 1024,
     prefix); ``token``: % of o_next tokens that are the argmax. ``wm_context`` picks the
     separator s (the same serialisation as the PaW term's). Transitions with an empty next
     observation are skipped (nothing to predict).
+
+    The o_next tokens are also split in two, to tell knowing the observation's form from knowing
+    what the action does: ``token_kept`` scores the tokens a copy of the prompt gives (those in
+    difflib's matching blocks between the prompt's and o_next's tokens: the map around a
+    FrozenLake move, Shelf's task line), ``token_changed`` the others (the cells the move
+    changed, what Shelf's player now holds); ``changed_share`` is the changed tokens' share.
     """
+    import difflib
+
     import torch
 
     model = policy.model
     device = next(model.parameters()).device
-    exact = tokens = total = transitions_scored = 0
+    exact = transitions_scored = 0
+    hits_in = {"kept": 0, "changed": 0}
+    tokens_in = {"kept": 0, "changed": 0}
     with torch.no_grad():
         for row in transcript_parts(policy, transitions, max_seq_len, wm_context):
             if not row.obs_len:
                 continue
             logits = model(torch.tensor([row.ids], device=device)).logits[0]
             start = row.obs_start
-            predicted = logits[start - 1:start - 1 + row.obs_len].argmax(-1)
-            hits = predicted == torch.tensor(row.ids[start:], device=device)
-            exact += int(hits.all())
-            tokens += int(hits.sum())
-            total += row.obs_len
+            target = row.ids[start:]
+            hits = (logits[start - 1:start - 1 + row.obs_len].argmax(-1)
+                    == torch.tensor(target, device=device)).tolist()
+            matcher = difflib.SequenceMatcher(None, row.ids[:row.prompt_len], target,
+                                              autojunk=False)
+            kept = [False] * len(target)
+            for block in matcher.get_matching_blocks():
+                kept[block.b:block.b + block.size] = [True] * block.size
+            for hit, is_kept in zip(hits, kept):
+                part = "kept" if is_kept else "changed"
+                hits_in[part] += hit
+                tokens_in[part] += 1
+            exact += all(hits)
             transitions_scored += 1
     if not transitions_scored:
         raise ValueError(f"{_describe(transitions)} has no transition with a next observation")
-    return {"exact": 100.0 * exact / transitions_scored, "token": 100.0 * tokens / total,
+    total = tokens_in["kept"] + tokens_in["changed"]
+    share = lambda part: 100.0 * hits_in[part] / tokens_in[part] if tokens_in[part] else \
+        float("nan")  # noqa: E731
+    return {"exact": 100.0 * exact / transitions_scored,
+            "token": 100.0 * (hits_in["kept"] + hits_in["changed"]) / total,
+            "token_kept": share("kept"), "token_changed": share("changed"),
+            "changed_share": 100.0 * tokens_in["changed"] / total,
             "transitions": transitions_scored}
 
 
@@ -172,10 +225,12 @@ def run_pretrain(config: PretrainConfig) -> tuple[Path, list[dict[str, Any]]]:
     policy = HFPolicy(config.model, device=config.device, dtype="auto", seed=config.seed)
     model = policy.model.eval()  # no dropout (the tiny models have none)
     if config.rows == "episode":
-        rows = episode_transcripts(policy, config.replay, config.max_seq_len)
+        rows = [(ids, 1) for ids in episode_transcripts(policy, config.replay,
+                                                        config.max_seq_len)]
     else:
-        rows = [row.ids for row in transcript_parts(policy, config.replay, config.max_seq_len,
-                                                     config.wm_context)]
+        rows = [trained_part(row, config.loss_on)
+                for row in transcript_parts(policy, config.replay, config.max_seq_len,
+                                            config.wm_context)]
     device = next(model.parameters()).device
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
     rng = random.Random(config.seed)
@@ -187,10 +242,11 @@ def run_pretrain(config: PretrainConfig) -> tuple[Path, list[dict[str, Any]]]:
         if len(order) < config.batch_size:  # a fresh shuffled pass when the current one runs out
             order = rng.sample(range(len(rows)), len(rows)) + order
         batch = [rows[order.pop()] for _ in range(min(config.batch_size, len(rows)))]
-        width = max(map(len, batch))
-        ids = torch.tensor([r + [policy.pad_id] * (width - len(r)) for r in batch], device=device)
-        real = torch.tensor([[1.0] * len(r) + [0.0] * (width - len(r)) for r in batch],
-                            device=device)[:, 1:]
+        width = max(len(r) for r, _ in batch)
+        ids = torch.tensor([r + [policy.pad_id] * (width - len(r)) for r, _ in batch],
+                           device=device)
+        real = torch.tensor([[0.0] * first + [1.0] * (len(r) - first) + [0.0] * (width - len(r))
+                             for r, first in batch], device=device)[:, 1:]
         logits = model(input_ids=ids, use_cache=False).logits[:, :-1].float()
         token_loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:],
                                                        reduction="none")

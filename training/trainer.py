@@ -301,7 +301,9 @@ class PaWTrainer:
             with torch.no_grad():
                 scores = next_observation_accuracy(policy, config.val_wm_replay,
                                                    config.max_seq_len, config.wm_context)
-            metrics.update(val_wm_exact=scores["exact"] / 100, val_wm_token=scores["token"] / 100)
+            metrics.update({f"val_wm_{key}": scores[key] / 100
+                            for key in ("exact", "token", "token_kept", "token_changed")
+                            if math.isfinite(scores[key])})
         return metrics
 
     def _record_rollout(self, folder: Path) -> None:
@@ -678,6 +680,15 @@ class PaWTrainer:
             "wm_term": totals.get("wm_term", 0.0) / n_steps,
             "wm_clipped_frac": per("obs_clipped_tokens", totals.get("obs_tokens", 0.0)),
             "wm_selected": int(batch.selected.sum()),
+            # How much the PaW term actually trains on: the share of the update's transitions
+            # with a WM weight (selected, in a group with λ_g > 0), and the observation tokens
+            # that get a gradient per pass over the rollout (CMAE leaves out p > ρ).
+            "wm_trained_frac": float(np.mean([
+                bool(batch.selected[i]) and batch.group_lambda.get(s.group, 0.0) > 0
+                for i, s in enumerate(batch.samples)])) if batch.samples else 0.0,
+            "wm_active_tokens": (totals.get("obs_tokens", 0.0) - (
+                totals.get("obs_clipped_tokens", 0.0) if self.config.wm_loss == "cmae" else 0.0)
+            ) / self.config.ppo_epochs,
             "advantage_abs_mean": float(np.mean([abs(s.advantage) for s in batch.samples])),
             "transitions": len(batch.samples),
             "cut_prompts": batch.cut_prompts,
