@@ -360,19 +360,22 @@ def report(env: str = "shelf", updates: int | None = None, mini_batch_size: int 
         lines += [f"### `{study_env.id}`, start `{start}` ({STARTS[start].describe()}), "
                   f"{updates} updates, {steps}", "",
                   "| variant | seeds | held-out % at 0 | 25 % | 50 % | 100 % | gain (pp, 95 % CI) "
-                  "| WM exact % start → end | WM token % start → end | CPU s / run |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| WM exact % start → end | WM token % start → end | WM changed tokens % "
+                  "start → end | CPU s / run |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for variant, by_seed in cells.items():
             if not by_seed:
                 continue
             rs = list(by_seed.values())
             mean = lambda f, key="success": mean_ci([at(r, f, key) for r in rs])[0]  # noqa: E731
             gain, half = mean_ci([r["after"] - r["before"] for r in rs])
+            wm = lambda key: (f"{mean(0, key):.1f} → {mean(1, key):.1f}"  # noqa: E731
+                              if all(at(r, f, key) is not None for r in rs for f in (0, 1))
+                              else "–")
             lines.append(
                 f"| {variant} | {len(rs)} | " + " | ".join(f"{mean(f):.1f}" for f in (0, *QUARTERS))
-                + f" | {gain:+.1f} ± {half:.1f} | {mean(0, 'wm_exact'):.1f} → "
-                f"{mean(1, 'wm_exact'):.1f} | {mean(0, 'wm_token'):.1f} → {mean(1, 'wm_token'):.1f}"
-                f" | {sum(r['cpu_s'] for r in rs) / len(rs):.0f} |")
+                + f" | {gain:+.1f} ± {half:.1f} | {wm('wm_exact')} | {wm('wm_token')} | "
+                f"{wm('wm_token_changed')} | {sum(r['cpu_s'] for r in rs) / len(rs):.0f} |")
         lines += ["", "| paired comparison | seeds | Δ held-out 25 % | Δ 50 % | Δ 100 % (pp, 95 % "
                   "CI) | Δ WM exact at 100 % | Δ WM token at 100 % |",
                   "|---|---:|---:|---:|---:|---:|---:|"]
@@ -388,8 +391,71 @@ def report(env: str = "shelf", updates: int | None = None, mini_batch_size: int 
             lines.append(f"| {variant} − {baseline} | {len(seeds)} | "
                          + " | ".join(diff(f) for f in QUARTERS)
                          + f" | {diff(1, 'wm_exact')} | {diff(1, 'wm_token')} |")
-        lines.append("")
-    return "\n".join(lines)
+        lines += ["", *per_seed_lines(cells), *coverage_table(cells), ""]
+    return "\n".join(start_table(study_env) + lines)
+
+
+def per_seed_lines(cells: dict[str, dict[int, dict]]) -> list[str]:
+    """Every seed's end point for the estimator pairs (vanilla → PaW): held-out success %, and
+    the next-observation token accuracy % in brackets."""
+    lines = []
+    for variant, baseline in PAIRS[:2]:
+        seeds = sorted(set(cells.get(variant, {})) & set(cells.get(baseline, {})))
+        if not seeds:
+            continue
+        ends = [f"s{s} {cells[baseline][s]['after']:.0f} → {cells[variant][s]['after']:.0f} "
+                f"({at(cells[baseline][s], 1, 'wm_token'):.1f} → "
+                f"{at(cells[variant][s], 1, 'wm_token'):.1f})" for s in seeds]
+        lines += [f"Per seed, held-out % at the end, {baseline} → {variant} (next-observation "
+                  f"token accuracy % in brackets): " + ", ".join(ends) + ".", ""]
+    return lines
+
+
+def start_table(env: StudyEnv) -> list[str]:
+    """What each profiled start knows before RL (:func:`profile_start`), one row per start."""
+    profiles = [json.loads(path.read_text(encoding="utf-8"))
+                for path in sorted((RESULTS / f"{env.results}_starts").glob("*.json"))]
+    if not profiles:
+        return []
+    lines = [f"### `{env.id}`: the starts before RL", "",
+             "| start | recipe | reading probe % | held-out success % | WM exact % | WM token % "
+             "| kept tokens % | changed tokens % | build CPU s |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for p in sorted(profiles, key=lambda p: list(STARTS).index(p["start"])):
+        lines.append(f"| {p['start']} | {p['recipe']} | {p['reading_probe']:.1f} | "
+                     f"{p['held_out_success']:.1f} | {p['wm_exact']:.1f} | {p['wm_token']:.1f} | "
+                     f"{p['wm_token_kept']:.1f} | {p['wm_token_changed']:.1f} | "
+                     f"{p['build_cpu_s'] or '–'} |")
+    return [*lines, ""]
+
+
+#: Where the PaW term's coverage is read: the updates of each quarter of the budget.
+COVERAGE = (("lambda_mean", "λ_g mean", 1.0), ("wm_trained_frac", "transitions trained %", 100.0),
+            ("wm_active_tokens", "tokens with a gradient / update", 1.0),
+            ("wm_clipped_frac", "tokens clipped (p > ρ) %", 100.0))
+
+
+def coverage_table(cells: dict[str, dict[int, dict]]) -> list[str]:
+    """How much the PaW term trained on in each quarter of the budget (``q1 / q2 / q3 / q4``):
+    the mean over the quarter's updates and the seeds of λ_g, the share of transitions with a
+    WM weight, the observation tokens CMAE puts a gradient on, and the share it clips. Runs
+    recorded before these metrics were logged show '–'."""
+    lines = ["| PaW variant, by quarter of the budget | "
+             + " | ".join(label for _, label, _ in COVERAGE) + " |",
+             "|---|" + "---:|" * len(COVERAGE)]
+    for variant, by_seed in cells.items():
+        if not by_seed or not VARIANTS[variant].get("paw"):
+            continue
+        row = []
+        for key, _, scale in COVERAGE:
+            quarters = []
+            for quarter in range(4):
+                values = [scale * h[key] for r in by_seed.values() for h in r["curve"]
+                          if key in h and quarter / 4 < h["step"] / r["updates"] <= (quarter + 1) / 4]
+                quarters.append(f"{sum(values) / len(values):.2f}" if values else "–")
+            row.append(" / ".join(quarters) if any(q != "–" for q in quarters) else "–")
+        lines.append(f"| {variant} | " + " | ".join(row) + " |")
+    return lines if len(lines) > 2 else []
 
 
 #: Variants drawn in the seed-band figures.

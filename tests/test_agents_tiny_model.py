@@ -85,12 +85,14 @@ def test_cli_names_bad_input(tmp_path, capsys):
     assert "no_such_module_xyz" in capsys.readouterr().err
 
 
-def test_cli_pretrains_on_noisy_expert_episodes(tmp_path, capsys):
+@pytest.mark.parametrize("loss_on", ["all", "action"])
+def test_cli_pretrains_on_noisy_expert_episodes(tmp_path, capsys, loss_on):
     out = tmp_path / "tiny"
     assert main(["build-tiny-model", "--env", GUESS_ID, "--episodes", "2", "--out", str(out),
-                 "--pretrain-steps", "20", "--pretrain-episodes", "10", "--epsilon", "0.3"]) == 0
+                 "--pretrain-steps", "20", "--pretrain-episodes", "10", "--epsilon", "0.3",
+                 "--pretrain-loss-on", loss_on]) == 0
     printed = capsys.readouterr().out
-    assert "pretrained" in printed and "for 20 steps on 10 episodes per env" in printed
+    assert f"pretrained {out} ({loss_on} tokens) for 20 steps on 10 episodes per env" in printed
     first, last = (float(x) for x in printed.split("loss ")[1].split(" in ")[0].split(" -> "))
     assert last < first
     assert AutoModelForCausalLM.from_pretrained(out).config.model_type == "qwen2"
@@ -99,6 +101,7 @@ def test_cli_pretrains_on_noisy_expert_episodes(tmp_path, capsys):
 @pytest.mark.parametrize("flags, named", [
     (["--pretrain-steps", "-1"], "pretrain_steps=-1 is invalid; expected an integer >= 0"),
     (["--epsilon", "2"], "epsilon=2.0 is invalid; expected a probability in [0, 1]"),
+    (["--pretrain-loss-on", "obs"], "--pretrain_loss_on"),
     (["--pretrain-steps", "5", "--env", "Test/GuessNumber-v0", "--pretrain-episodes", "0"],
      "pretrain_episodes=0 is invalid"),
 ])

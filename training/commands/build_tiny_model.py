@@ -29,9 +29,14 @@ class TinyModelArguments(CheckedConfig):
     """Constructor arguments for the envs: key=value[,key=value] or a YAML mapping, e.g.
     split=test."""
     pretrain_steps: int = bounded(0, 0)
-    """Then pretrain the model (next-token, every token of h ⊕ a ⊕ o_next) this many steps on
+    """Then pretrain the model (next-token, on h ⊕ a ⊕ o_next; see --pretrain_loss_on) this many steps on
     --pretrain_episodes noisy-expert episodes per env, so that it reads its prompt
     (training.pretrain); 0: random weights."""
+    pretrain_loss_on: Literal["all", "no_next_observation", "action"] = "all"
+    """Which tokens pretraining trains (training.pretrain.PretrainConfig.loss_on): all (the
+    model also learns each action's next observation), no_next_observation (h ⊕ a only), action
+    (the action tokens only). The last two give a start that never learned the env's
+    dynamics."""
     pretrain_episodes: int = bounded(1000, 1)
     """Episodes per env recorded for pretraining."""
     epsilon: float = bounded(0.5, 0, 1, what="a probability")
@@ -113,7 +118,9 @@ def _pretrain(arguments: TinyModelArguments, out, env_kwargs: dict) -> None:
         _, losses = run_pretrain(PretrainConfig(model=str(out), replay=scratch,
                                                 output_dir=str(out),
                                                 steps=arguments.pretrain_steps,
+                                                loss_on=arguments.pretrain_loss_on,
                                                 seed=arguments.seed))
-    print(f"pretrained {out} for {arguments.pretrain_steps} steps on "
+    print(f"pretrained {out} ({arguments.pretrain_loss_on} tokens) for "
+          f"{arguments.pretrain_steps} steps on "
           f"{arguments.pretrain_episodes} episodes per env (epsilon {arguments.epsilon}): loss {losses[0]['loss']:.3f} -> "
           f"{losses[-1]['loss']:.3f} in {time.perf_counter() - start:.1f}s")
