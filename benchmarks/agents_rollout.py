@@ -87,7 +87,7 @@ def main() -> int:
 
     import paw_gym  # noqa: F401
     from agents import HFPolicy
-    from training.cli import parse_env_kwargs
+    from training.commands.common import parse_env_kwargs
 
     torch.set_num_threads(args.threads)
     env_kwargs = parse_env_kwargs(args.env_kwargs)

@@ -433,19 +433,19 @@ def _serve_env_on_a_taken_port(work: Path) -> int:
 
 
 def _paw_grpo_config(work: Path, **settings: Any) -> Any:
-    from paw_gym.integrations.trl import PaWGRPOConfig
+    from training.integrations.trl import PaWGRPOConfig
 
     return PaWGRPOConfig(output_dir=str(work / "trl"), use_cpu=True, **settings)
 
 
 def _env_rollout(env_id: str, max_steps: int = 6) -> Any:
-    from paw_gym.integrations.trl import EnvRollout
+    from training.integrations.trl import EnvRollout
 
     return EnvRollout(env_id, max_steps=max_steps)
 
 
 def _task_seed(prompt: Any) -> int:
-    from paw_gym.integrations.trl import task_seed
+    from training.integrations.trl import task_seed
 
     return task_seed(prompt)
 

@@ -1,5 +1,5 @@
 """Paired TRL run on PaW/Shelf-v0 (issue 30): TRL's ``GRPOTrainer`` on paw-gym episodes,
-without (``grpo``) and with (``paw``) PaW's world-model term (:mod:`paw_gym.integrations.trl`).
+without (``grpo``) and with (``paw``) PaW's world-model term (:mod:`training.integrations.trl`).
 
 Both variants of a seed start from the same *transcript* reading start (the study's nano model,
 pretrained on 1000 noisy-expert episodes, ε = 0.5, each as one chat transcript: the form TRL
@@ -53,7 +53,7 @@ def run(variant: str, seed: int, work: Path) -> Path:
     import numpy as np
     import torch
 
-    from paw_gym.integrations.trl import EnvRollout, PaWGRPOConfig, PaWGRPOTrainer, task_dataset
+    from training.integrations.trl import EnvRollout, PaWGRPOConfig, PaWGRPOTrainer, task_dataset
 
     path = RESULTS_DIR / f"{variant}__s{seed}.json"
     if path.is_file():

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from training.cli import UserError, arguments_from, build_parser, main, parse_env_kwargs
+from training.cli import build_parser, main
+from training.commands.common import UserError, parse_env_kwargs
+from training.commands.flags import arguments_from
 from training.config import TrainConfig, _optional_base, format_value
 
 GUESS_ID = "Test/GuessNumber-v0"

@@ -90,7 +90,7 @@ def test_eval_of_a_checkpoint_uses_its_training_settings(tiny_model_dir, tmp_pat
     assert later and all("most recent 0 observations" in p and "Action 1:" not in p
                          for p in later)
     # flags win over the checkpoint's settings; the same tables again are refused
-    from training.cli import UserError
+    from training.commands.common import UserError
 
     with pytest.raises(UserError, match="already exists"):
         evaluate_command(arguments)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from training.serialization import WMContext
+from agents.serialization import WMContext
 
 Algo = Literal["grpo", "gigpo", "rloo", "ppo"]
 ALGOS: tuple[str, ...] = typing.get_args(Algo)
@@ -167,7 +167,7 @@ class TrainConfig(CheckedConfig):
     wm_loss: Literal["cmae", "mae", "ce"] = "cmae"
     """WM token loss: cmae, mae or ce."""
     wm_context: WMContext = "next_turn"
-    """Where o_{t+1} sits after the action (``training.serialization``): ``next_turn`` (the
+    """Where o_{t+1} sits after the action (``agents.serialization``): ``next_turn`` (the
     environment's next chat message: end-of-turn, the template's user header, then o_{t+1}),
     ``end_of_turn`` (one end-of-turn token before it) or ``none`` (right after the action, in
     the policy's own turn: the ablation that taught the policy to write environment text)."""

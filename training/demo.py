@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from training.config import CheckedConfig, bounded, check_config
-from training.serialization import WMContext
+from agents.serialization import WMContext
 
 
 #: Bump when the base-model recipe changes meaning, so cached bases are rebuilt.
@@ -73,7 +73,7 @@ class DemoConfig(CheckedConfig):
     """World-model co-training."""
     wm_context: WMContext = "next_turn"
     """Where o_next follows the action, in the pretraining transcripts and the PaW term alike
-    (``training.serialization``): next_turn, end_of_turn or none."""
+    (``agents.serialization``): next_turn, end_of_turn or none."""
     pretrain_wm_context: WMContext | None = None
     """The pretraining transcripts' serialisation, where it should differ from ``wm_context``
     (None: the same). ``end_of_turn`` with ``wm_context: none`` rebuilds the pipeline before

@@ -1,4 +1,5 @@
-"""Metrics: JSON Lines always, TensorBoard / Weights & Biases when asked, PNG curves at the end."""
+"""Metrics: JSON Lines always, TensorBoard / Weights & Biases when asked (the PNG curves at the
+end are :func:`training.plots.plot_curves`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from training.outputs import write_text_atomically
 
-#: Curves drawn by :func:`plot_curves` (the paper's training-dynamics figures), when logged and
+#: Curves drawn by :func:`training.plots.plot_curves` (the paper's training-dynamics figures), when logged and
 #: not constant. Validation metrics share their training metric's panel where it has one.
 CURVES = ("reward", "val_return", "success", "val_success", "val_score", "invalid_frac",
           "val_invalid_frac", "episode_length", "val_episode_length", "policy_loss", "clip_frac",
@@ -96,15 +97,3 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
                     not isinstance(record["step"], bool):
                 records.append(record)
     return records
-
-
-def plot_curves(metrics_path: str | Path, out_path: str | Path,
-                keys: tuple[str, ...] = CURVES, title: str | None = None) -> Path | None:
-    """The end-of-training figure (``curves.png``) of the run that wrote ``metrics_path``: one
-    panel per metric of ``keys`` that varies (see :mod:`training.plots`); returns the image
-    path, or None when there is nothing to draw."""
-    from training.plots import plot_runs
-
-    if not Path(metrics_path).is_file():
-        return None
-    return plot_runs([metrics_path], out_path, title=title, keys=keys)

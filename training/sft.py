@@ -68,7 +68,7 @@ def load_examples(policy, replay_dir: str | Path, successful_only: bool, max_seq
     """Prompt + action rows (``training.batch.Sample``) from a replay; records without an
     action are skipped."""
     from training.batch import Sample
-    from training.serialization import serialize
+    from agents.serialization import serialize
     from wrappers import WMReplay
 
     replay = WMReplay.load(replay_dir)

@@ -24,11 +24,12 @@ from training import distributed
 from training.batch import collate, token_budget_batches
 from training.config import TrainConfig, save_config
 from training.diagnostics import gradient_shares, noisy_token_mask
-from training.metrics_log import MetricsLogger, plot_curves
+from training.metrics_log import MetricsLogger
 from training.models import (Reference, ValueModel, build_policy, build_vllm_policy,
                              trainable_parameters)
 from training.objective import (ObjectiveSettings, PolicyScorer, gather_logprobs,
                                 micro_batch_loss, objective_weights)
+from training.plots import plot_curves
 from training.rollout_batch import RolloutBatch, build_batch
 from training.serialization import TransitionSerializer
 from training.value import critic_loss, critic_values

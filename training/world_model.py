@@ -49,7 +49,7 @@ has); an answer without ``<observation>`` predicts the empty string, which every
 * ``cmae``: the PaW world-model term alone, offline, without RL: PaW's clipped MAE
   ℓ = Σ_i 1[p_i ≤ ρ] (1 − p_i) / |o| (``training.losses.wm_token_loss``) on the o_next tokens
   of the transition in the PaW term's serialisation chat(h) ⊕ a ⊕ s ⊕ o_next
-  (``wm_context``, :mod:`training.serialization`), not in the prompt format above: it trains
+  (``wm_context``, :mod:`agents.serialization`), not in the prompt format above: it trains
   the policy's own world model, which :func:`training.pretrain.next_observation_accuracy`
   reads.
 
@@ -74,7 +74,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
 from training.config import CheckedConfig, bounded, check_config
-from training.serialization import WMContext
+from agents.serialization import WMContext
 
 # torch, transformers and sentence-transformers are imported inside the functions: the CLI
 # imports this module (for WorldModelConfig) when it builds its parser.
@@ -523,7 +523,7 @@ def transition_rows(policy, examples: Sequence[WMExample], max_seq_len: int,
     """``training.batch.Sample`` rows of the transitions in the PaW term's serialisation
     chat(h) ⊕ a ⊕ s ⊕ o_next, the o_next tokens marked as observation tokens."""
     from training.batch import Sample
-    from training.serialization import TransitionSerializer
+    from agents.serialization import TransitionSerializer
 
     serializer = TransitionSerializer.for_policy(policy, wm_context)
     rows = []
@@ -665,8 +665,9 @@ def train_world_model(config: WorldModelConfig) -> tuple[Path, list[dict[str, An
     import torch
 
     from paw_gym.progress import progress_bar
-    from training.metrics_log import MetricsLogger, plot_curves
+    from training.metrics_log import MetricsLogger
     from training.models import Reference
+    from training.plots import plot_curves
 
     check_config(config)  # a config changed after it was made
     out = Path(config.output_dir)

@@ -43,7 +43,7 @@ class GenAlfworldArguments(CheckedConfig):
 
 
 def add_parser(subparsers) -> None:
-    from training.cli import add_command
+    from training.commands.flags import add_command
 
     add_command(subparsers, "gen-alfworld", GenAlfworldArguments,
                 help="generate verified ALFWorld games (json_2.1.1/<split>/<task>/<trial>/)",
@@ -56,7 +56,8 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from training.cli import UserError, arguments_from
+    from training.commands.common import UserError
+    from training.commands.flags import arguments_from
 
     arguments = arguments_from(args, GenAlfworldArguments)
     try:

@@ -47,7 +47,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from training.cli import UserError, claim_output_files
+    from training.commands.common import UserError, claim_output_files
     from training.plots import DEFAULT_SMOOTH, load_run, logged_metrics, plot_runs
 
     if not args.runs and not args.groups:

@@ -16,7 +16,7 @@ class TrainArguments(CheckedConfig):
 
 
 def add_parser(subparsers) -> None:
-    from training.cli import add_command
+    from training.commands.flags import add_command
     from training.config import TrainConfig
 
     add_command(subparsers, "train", TrainArguments, config=TrainConfig,
@@ -29,7 +29,8 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from training.cli import UserError, arguments_from, check_env, require_writable
+    from training.commands.common import UserError, check_env, require_writable
+    from training.commands.flags import arguments_from
     from training.config import TrainConfig, first_steps
 
     config = arguments_from(args, TrainConfig)
