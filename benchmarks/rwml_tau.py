@@ -1,4 +1,4 @@
-"""τ calibration of RWML's embedding reward (training/world_model.py) with all-MiniLM-L6-v2.
+"""τ calibration of RWML's embedding reward (training/world_model/rewards.py) with all-MiniLM-L6-v2.
 
 The reward is 1[cos(E(ŝ), E(s)) ≥ τ]. A good τ accepts right predictions and rejects wrong
 ones. On real replays (recorded here with ``paw-gym play --agent expert|random --replay``):

@@ -1,4 +1,4 @@
-"""World models from a replay (training/world_model.py, paw-gym train-wm / eval-wm): rewards,
+"""World models from a replay (training/world_model/, paw-gym train-wm / eval-wm): rewards,
 GRPO advantages, the easy filter, the episode split, the three methods end to end on the tiny
 model, eval-wm and its recomputation from a predictions file, and the CLI's one-line refusals."""
 
