@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from training.config import CheckedConfig, bounded, check_config
 from agents.serialization import WMContext
+from training.checked_config import CheckedConfig, bounded, check_config
 
 
 #: Bump when the base-model recipe changes meaning, so cached bases are rebuilt.

@@ -87,7 +87,7 @@ def parse_env_kwargs(text: str) -> dict[str, Any]:
     """The one env-kwargs syntax of every command: ``'{split: test, n_items: 8}'`` (YAML or
     JSON) or ``split=test,n_items=8`` (values read as YAML); a :class:`UserError` names the
     bad item."""
-    from training.config import parse_mapping
+    from training.config_values import parse_mapping
 
     try:
         return parse_mapping(text)

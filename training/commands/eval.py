@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 AGENTS = ("policy", "react", "reflexion", "random", "expert")
 
-from training.config import CheckedConfig, bounded
+from training.checked_config import CheckedConfig, bounded
 
 
 @dataclass

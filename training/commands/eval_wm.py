@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import Literal
 
 from agents.serialization import WMContext
+from training.checked_config import CheckedConfig, bounded
 from training.world_model import DEFAULT_TAU
-
-from training.config import CheckedConfig, bounded
 
 
 @dataclass

@@ -146,12 +146,12 @@ def _as_hf_field(field: dataclasses.Field, kind: Any) -> dataclasses.Field:
     it gets). HF handles bools (``--paw [true|false]``, ``--no_paw``) and ``Literal`` choices
     itself; every other type gets :func:`training.config.parse_value` as its argparse type, since
     HF cannot read ``none`` for an optional field, ``a,b`` lists, mappings or ``Any``."""
-    from training.config import _optional_base
+    from training.checked_config import optional_base
 
     hf_field = copy.copy(field)
     # The field's accepted range is checked by training.config.check_config, not argparse.
     hf_field.metadata = {k: v for k, v in field.metadata.items() if k != "bounds"}
-    optional, base = _optional_base(kind)
+    optional, base = optional_base(kind)
     origin = typing.get_origin(base) or base
     if base is bool and not optional or origin is typing.Literal and not optional:
         hf_field.type = kind
@@ -166,7 +166,7 @@ def _as_hf_field(field: dataclasses.Field, kind: Any) -> dataclasses.Field:
 def _value_reader(kind: Any):
     """An argparse ``type`` reading a flag's text as ``kind``; argparse prefixes its error with
     the flag (``argument --total_steps/--total-steps: expected an integer, got '2.5'``)."""
-    from training.config import parse_value
+    from training.config_values import parse_value
 
     def read(text: str) -> Any:
         try:
@@ -179,7 +179,8 @@ def _value_reader(kind: Any):
 
 def _describe(action: argparse.Action, field: dataclasses.Field, kind: Any, doc: str) -> None:
     """Help text (the field's docstring and default) and a metavar naming the type."""
-    from training.config import _optional_base, format_value, type_metavar
+    from training.checked_config import optional_base
+    from training.config_values import format_value, type_metavar
 
     if field.default is not dataclasses.MISSING:
         default = f"(default: {format_value(field.default)})"
@@ -188,7 +189,7 @@ def _describe(action: argparse.Action, field: dataclasses.Field, kind: Any, doc:
     else:
         default = "(required)"
     text = field.metadata.get("help") or doc
-    origin = typing.get_origin(_optional_base(kind)[1])
+    origin = typing.get_origin(optional_base(kind)[1])
     if origin is list:
         text += " Several values: a b, a,b or [a, b]."
     elif origin is dict:

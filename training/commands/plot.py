@@ -86,7 +86,7 @@ def _true_or_false(text: str) -> bool:
     """``--overwrite``'s value, spelled as every other command's boolean flags."""
     import argparse
 
-    from training.config import parse_value
+    from training.config_values import parse_value
 
     try:
         return parse_value(text, bool)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from training.config import CheckedConfig
+from training.checked_config import CheckedConfig
 
 
 @dataclass

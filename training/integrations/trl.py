@@ -61,7 +61,8 @@ from trl import GRPOConfig, GRPOTrainer
 from agents.sampling import DEFAULT_STOP
 from agents.transcript import TRANSCRIPT_TEMPLATE, EpisodeSequence, TranscriptAgent
 from agents.types import Trajectory
-from training.config import TrainConfig, check_bounds
+from training.checked_config import check_bounds
+from training.config import TrainConfig
 from training.losses import WM_LOSS_KINDS, select_by_entropy, wm_token_loss
 from training.objective import wm_weights
 from training.rollout_batch import entropy_score, lambda_return, lambdas_of_returns

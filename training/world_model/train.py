@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from training.config import check_config
+from training.checked_config import check_config
 from training.world_model.config import SPLIT_KEY, WorldModelConfig
 from training.world_model.data import load_examples, split_examples
 from training.world_model.methods import (load_trainable_policy, make_optimizer, rwml_step,
