@@ -132,6 +132,7 @@ INTERRUPTED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.heavy
 def test_an_interrupted_run_names_its_checkpoint_and_the_resume_command(tiny_model_dir,
                                                                         tmp_path):
     config = dict(model=str(tiny_model_dir), env_id="PaW/Shelf-v0", n_groups=2, group_size=2,

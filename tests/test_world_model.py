@@ -168,6 +168,7 @@ def sft_model(tiny_model_dir, guess_replay, tmp_path_factory, torch_one_thread):
     return out
 
 
+@pytest.mark.heavy
 def test_sft_output_loads_and_changed_the_weights(sft_model, tiny_model_dir):
     from training.evaluate import load_policy
     from training.metrics_log import read_metrics
@@ -219,6 +220,7 @@ def test_cmae_trains_on_the_target_tokens(tiny_model_dir, guess_replay, tmp_path
     assert not (tmp_path / "eval" / "cmae.predictions.jsonl").exists()
 
 
+@pytest.mark.heavy
 def test_rwml_grpo_from_the_sft_model(sft_model, guess_replay, tmp_path):
     """RWML with LoRA (reference = adapters disabled), the exact-match reward and the easy
     filter: sampled groups with different rewards give the adapter a gradient."""
