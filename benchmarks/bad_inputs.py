@@ -12,7 +12,7 @@ classified:
 * **traceback**: any other exception escapes;
 * **accepted**: nothing complains.
 
-    python benchmarks/bad_inputs.py          # ~1 min; writes results/bad_inputs.md and .json
+    python -m benchmarks.bad_inputs          # ~1 min; writes results/bad_inputs.md and .json
 
 The goal is 0 tracebacks and 0 accepted.
 """
@@ -23,17 +23,13 @@ import argparse
 import contextlib
 import io
 import json
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks import common as C  # noqa: E402
+from benchmarks import common as C
 
 CLEAR_ERRORS = (ValueError, FileNotFoundError, FileExistsError, PermissionError)
 

@@ -19,8 +19,8 @@ processes sample different episodes, the update is also timed on the same fixed 
 validation (every held-out Shelf task once, shared by the ranks) is timed on its own.
 
     paw-gym demo                                     # once: builds the base model it uses
-    python benchmarks/distributed.py                 # both, ~10 min on 2 cores
-    python benchmarks/distributed.py --only exactness --updates 2
+    python -m benchmarks.distributed                 # both, ~10 min on 2 cores
+    python -m benchmarks.distributed --only exactness --updates 2
 """
 
 from __future__ import annotations
@@ -38,8 +38,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
 DEFAULT_MODEL = REPO / "runs" / "demo" / "base-model"
 
 #: The exactness variants: TrainConfig fields over the shared settings.

@@ -24,7 +24,7 @@ error while the others still run):
   equal pass counts, checkpoints) is not part of this check.
 
     bash scripts/gpu_check.sh                    # a CUDA machine: all parts, a few minutes
-    python benchmarks/gpu_check.py --quick       # a CPU: the parts a CPU can run, cut down
+    python -m benchmarks.gpu_check --quick       # a CPU: the parts a CPU can run, cut down
 
 Results: ``benchmarks/results/gpu_check_<device>.json`` (``--out`` to change).
 """
@@ -44,9 +44,6 @@ import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
 import torch  # noqa: E402
 
 #: Qwen/Qwen2.5-1.5B-Instruct's config.json (the architecture; weights are random here).

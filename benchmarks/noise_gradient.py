@@ -13,20 +13,16 @@ text) and after next-token pretraining on 300 train-split expert episodes (``tra
 Runs on the embedded catalog and, when ``../shared/data/webshop`` exists, on WebShop's real
 1,000-product catalog (whose brands are often written in capitals).
 
-    python benchmarks/noise_gradient.py          # ~40 CPU minutes (two pretrainings)
+    python -m benchmarks.noise_gradient          # ~40 CPU minutes (two pretrainings)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks import common as C  # noqa: E402
+from benchmarks import common as C
 
 REAL_WEBSHOP = C.REPO.parent / "shared" / "data" / "webshop"
 

@@ -6,7 +6,7 @@ Both compute the same loss (checked) on the same rows; runs alternate A/B and th
 printed with their ratio. Peak memory is the growth of the process's peak RSS over one
 forward + backward, each variant in its own fresh process.
 
-    python benchmarks/training_objective.py --vocab 32000 --rows 8 --len 512
+    python -m benchmarks.training_objective --vocab 32000 --rows 8 --len 512
 """
 
 from __future__ import annotations

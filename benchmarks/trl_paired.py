@@ -10,8 +10,8 @@ native study's Shelf setting. Held-out success: every one of the 48 ``test`` tas
 temperature 0.4, played by a :class:`agents.TranscriptAgent` (the context the model trained
 in), before and after. Results go to ``benchmarks/results/trl_shelf/<variant>__s<seed>.json``.
 
-    python benchmarks/trl_paired.py --seeds 3          # resumable: finished runs are skipped
-    python benchmarks/trl_paired.py --report
+    python -m benchmarks.trl_paired --seeds 3          # resumable: finished runs are skipped
+    python -m benchmarks.trl_paired --report
 """
 
 from __future__ import annotations
@@ -23,10 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.study_small import (RESULTS, SHELF, STARTS, VAL_TEMPERATURE,  # noqa: E402
+from benchmarks.study_small import (RESULTS, SHELF, STARTS, VAL_TEMPERATURE,
                                     build_start, mean_ci)
 
 RESULTS_DIR = RESULTS / "trl_shelf"
