@@ -98,8 +98,8 @@ def _tiny(work: Path) -> Path:
 
 def _checkpoint_with(work: Path, damage: Callable[[Path], None]) -> Path:
     """A real 1-step run's output dir, then ``damage`` applied to its latest checkpoint."""
-    from training.checkpoint import latest_checkpoint
     from training.config import TrainConfig
+    from training.infra.checkpoint import latest_checkpoint
     from training.trainer import PaWTrainer
 
     model = _tiny(work)
@@ -123,8 +123,8 @@ def _resume(damage: Callable[[Path], None]) -> Callable[[Path], int]:
 
 def _resume_explicit(damage: Callable[[Path], None]) -> Callable[[Path], int]:
     def run(work: Path) -> int:
-        from training.checkpoint import latest_checkpoint
         from training.cli import main
+        from training.infra.checkpoint import latest_checkpoint
 
         out = _checkpoint_with(work, damage)
         return main(["train", "--config", str(out / "config.yaml"), "--total_steps", "3",
@@ -134,8 +134,8 @@ def _resume_explicit(damage: Callable[[Path], None]) -> Callable[[Path], int]:
 
 def _eval_checkpoint(damage: Callable[[Path], None]) -> Callable[[Path], int]:
     def run(work: Path) -> int:
-        from training.checkpoint import latest_checkpoint
         from training.cli import main
+        from training.infra.checkpoint import latest_checkpoint
 
         out = _checkpoint_with(work, damage)
         return main(["eval", "--env", "PaW/Shelf-v0", "--checkpoint",

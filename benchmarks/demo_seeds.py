@@ -81,7 +81,7 @@ def build_base(seed: int, context: str) -> str:
 def run(variant: str, seed: int) -> Path:
     """One demo run; its result file."""
     from training.demo import DemoConfig, run_demo
-    from training.metrics_log import read_metrics
+    from training.infra.metrics_log import read_metrics
 
     path = RESULTS / f"{variant}__s{seed}.json"
     if path.is_file():

@@ -40,7 +40,7 @@ def run(setting: str, variant: str, seed: int, updates: int) -> Path:
 
     from benchmarks.demo_seeds import record_demos
     from training.demo import DemoConfig, cached_base, rl_config
-    from training.metrics_log import read_metrics
+    from training.infra.metrics_log import read_metrics
     from training.trainer import PaWTrainer
 
     path = RESULTS / f"{setting}__{variant}__s{seed}.json"

@@ -23,7 +23,7 @@ def overlap(start: str, alpha: float = 0.75) -> dict:
     from agents.hf_policy import HFPolicy
     from agents.rollout import rollout
     from benchmarks.study_small import ENV, PROMPT, STARTS, build_start
-    from training.losses import sampled_token_entropy, select_by_entropy
+    from training.rl.losses import sampled_token_entropy, select_by_entropy
 
     torch.set_num_threads(1)
     model = build_start(Path("runs/study_shelf") / f"start-{start}", STARTS[start])

@@ -6,7 +6,7 @@ observation a results page) from held-out (``test`` split) expert episodes, seri
 training (chat(h) ⊕ a ⊕ <end of turn> ⊕ o_next); per next-observation token the target
 probability p_i, teacher-forced; per loss the target-logit gradient magnitude (CE 1 − p,
 MAE p(1 − p), CMAE 1[p ≤ ρ] p(1 − p), ρ = 0.2) summed over noisy tokens and normalised by the
-sum over all scored tokens (``training.diagnostics``). The paper scores Qwen2.5-1.5B-Instruct;
+sum over all scored tokens (``training.rl.diagnostics``). The paper scores Qwen2.5-1.5B-Instruct;
 here the nano tiny model, twice: untrained (random weights, tokenizer trained on the env's
 text) and after next-token pretraining on 300 train-split expert episodes (``training.pretrain``)
 — the model that has learnt the page layout is the one whose gradient allocation matters.
@@ -47,8 +47,8 @@ def shares(model_dir: Path, replay: Path, rho: float) -> dict:
     import torch
 
     from agents.hf_policy import HFPolicy
-    from training.diagnostics import gradient_shares, noisy_token_mask
     from training.pretrain import transcript_parts
+    from training.rl.diagnostics import gradient_shares, noisy_token_mask
 
     policy = HFPolicy(str(model_dir), device="cpu")
     probabilities, noisy = [], []

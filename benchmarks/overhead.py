@@ -138,8 +138,8 @@ class PhaseTimer:
     def __init__(self, trainer):
         self.optimize = Span()
         if not PhaseTimer._patched:
+            from training.rl.objective import HeadTargetLogprobs
             import training.trainer as trainer_module
-            from training.objective import HeadTargetLogprobs
 
             trainer_module.micro_batch_loss = timed(trainer_module.micro_batch_loss,
                                                     lambda: PhaseTimer.forward)
@@ -164,8 +164,8 @@ def token_accounting(trainer, trajectories, obs_limits=(32, 64, 128, 256, 512)) 
     scored positions; this is where PaW's extra compute comes from."""
     from dataclasses import replace
 
-    from training.batch import token_budget_batches
-    from training.rollout_batch import build_batch
+    from training.rl.batch import token_budget_batches
+    from training.rl.rollout_batch import build_batch
 
     def count(config) -> dict:
         batch = build_batch(trajectories, trainer.serializer, config)

@@ -101,7 +101,7 @@ def run_one(run: Run, quick: bool) -> str:
     """Train and evaluate one run unless its result exists; returns a one-line status."""
     import torch
 
-    from training.checkpoint import latest_checkpoint
+    from training.infra.checkpoint import latest_checkpoint
     from training.trainer import PaWTrainer
 
     C.set_threads(1)
@@ -120,7 +120,7 @@ def run_one(run: Run, quick: bool) -> str:
         trainer = PaWTrainer(config)
         resume = latest_checkpoint(out) is not None
         trainer.train(resume=resume)
-        from training.metrics_log import read_metrics
+        from training.infra.metrics_log import read_metrics
 
         history = read_metrics(out / "metrics.jsonl")
         episodes = 8 if quick else EVAL_EPISODES[run.env]

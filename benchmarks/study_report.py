@@ -86,7 +86,7 @@ def plot(env: str, start: str, variants: dict[str, list[dict]], out: Path) -> No
     """Training dynamics per variant: the mean over seeds with a band of ± one sample standard
     deviation (the seeds' spread, as in the tables); vanilla variants stay out of the
     world-model panels."""
-    from training.plots import Run, Series, make_figure
+    from training.infra.plots import Run, Series, make_figure
 
     series = [Series(LABELS.get(variant, variant),
                      tuple(Run(f"seed {d['run'].get('seed', i)}", tuple(d["history"]),

@@ -1,4 +1,4 @@
-"""Multi-process training (training.distributed): real torchrun / accelerate launches of 2 gloo
+"""Multi-process training (training.infra.distributed): real torchrun / accelerate launches of 2 gloo
 processes on CPU, compared with 1 process."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from benchmarks.distributed import exactness
-from training.distributed import SingleProcess, balance_rows, group_shard, setup
+from training.infra.distributed import SingleProcess, balance_rows, group_shard, setup
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -62,7 +62,7 @@ def test_sharded_ranks_pad_to_the_same_number_of_passes(tmp_path):
     script.write_text(textwrap.dedent("""
         import json, sys
         from pathlib import Path
-        from training.distributed import setup, shutdown
+        from training.infra.distributed import setup, shutdown
         world = setup("cpu", sharding=sys.argv[1])
         items = [f"r{world.rank}-{k}" for k in range(1 + 2 * world.rank)]
         Path(f"{sys.argv[1]}-rank{world.rank}.json").write_text(
@@ -142,8 +142,8 @@ def _free_port() -> int:
 #: checkpoint (after writing the first tensor of its shards; no state.json yet).
 KILLED_RUN = textwrap.dedent("""
     import os, signal, sys
-    from training import collect
     from training.cli import main
+    from training.rl import collect
 
     def kill_rank_1():
         if os.environ["RANK"] == "1":
@@ -161,7 +161,7 @@ KILLED_RUN = textwrap.dedent("""
         collect.EnvCollector.__call__ = call
     else:
         from torch.distributed.checkpoint import filesystem
-        from training.distributed import ShardedProcess
+        from training.infra.distributed import ShardedProcess
 
         save, write, folder = ShardedProcess.save_sharded, filesystem._write_item, [""]
 
@@ -240,7 +240,7 @@ def test_a_killed_two_process_run_resumes_to_the_same_metrics(tiny_model_dir, tm
 
     from safetensors.torch import load_file
 
-    from training.checkpoint import latest_checkpoint
+    from training.infra.checkpoint import latest_checkpoint
     from wrappers.replay import WMReplay
 
     metrics = [[json.loads(line) for line in (tmp_path / run / "metrics.jsonl")

@@ -12,9 +12,9 @@ import pytest
 from training.cli import build_parser, main
 from training.commands.common import UserError, parse_env_kwargs
 from training.commands.flags import arguments_from
-from training.checked_config import optional_base
 from training.config import TrainConfig
-from training.config_values import format_value
+from training.infra.checked_config import optional_base
+from training.infra.config_values import format_value
 
 GUESS_ID = "Test/GuessNumber-v0"
 

@@ -157,8 +157,8 @@ def test_env_kwargs_named_like_rollout_arguments_reach_the_env():
     hand it to the env, not collide with the rollout's own argument."""
     pytest.importorskip("alfworld")
     from agents.baselines import ExpertAgent
-    from training.collect import EnvCollector
     from training.config import TrainConfig
+    from training.rl.collect import EnvCollector
 
     config = TrainConfig(env_id="PaW/ALFWorld-v0", env_kwargs={"progress": False}, template="alfworld")
     trajectories = EnvCollector(config)(ExpertAgent(), [0], 2, 1.0, 0)

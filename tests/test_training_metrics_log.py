@@ -9,7 +9,7 @@ event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.ev
 wandb = pytest.importorskip("wandb")
 
 from training.config import TrainConfig  # noqa: E402
-from training.metrics_log import MetricsLogger, read_metrics  # noqa: E402
+from training.infra.metrics_log import MetricsLogger, read_metrics  # noqa: E402
 from training.trainer import PaWTrainer  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -16,10 +16,10 @@ pytest.importorskip("peft")
 from safetensors.torch import load_file  # noqa: E402
 
 from agents.types import PolicyOutput, Trajectory, Transition  # noqa: E402
-from training.checkpoint import latest_checkpoint  # noqa: E402
-from training.collect import EnvCollector  # noqa: E402
 from training.config import TrainConfig  # noqa: E402
-from training.metrics_log import read_metrics  # noqa: E402
+from training.infra.checkpoint import latest_checkpoint  # noqa: E402
+from training.infra.metrics_log import read_metrics  # noqa: E402
+from training.rl.collect import EnvCollector  # noqa: E402
 from training.trainer import PaWTrainer  # noqa: E402
 from wrappers import WMReplay  # noqa: E402
 
@@ -140,8 +140,8 @@ RUN_SCRIPT = textwrap.dedent("""
     import torch
     sys.path[:0] = [{repo!r}, {tests!r}]
     import conftest  # registers Test/GuessNumber-v0
-    from training.collect import EnvCollector
     from training.config import TrainConfig
+    from training.rl.collect import EnvCollector
     from training.trainer import PaWTrainer
 
     torch.set_num_threads(1)
@@ -298,7 +298,7 @@ def test_paw_gym_train_refuses_before_loading_anything(tiny_model_dir, tmp_path,
 
 @pytest.mark.heavy
 def test_resume_falls_back_past_a_damaged_newest_checkpoint(tiny_model_dir, tmp_path):
-    from training.checkpoint import CheckpointError
+    from training.infra.checkpoint import CheckpointError
 
     config = _config(tiny_model_dir, tmp_path, total_steps=2, save_every=1, keep_checkpoints=2)
     PaWTrainer(config).train()
@@ -344,8 +344,8 @@ def test_a_damaged_optimizer_or_state_file_falls_back_to_the_checkpoint_before(
 def test_resuming_with_another_model_or_lora_setting_is_one_clear_error(tiny_model_dir, tmp_path,
                                                                      capsys):
     from agents.tiny_model import build_tiny_model
-    from training.checkpoint import CheckpointMismatch
     from training.cli import main
+    from training.infra.checkpoint import CheckpointMismatch
 
     PaWTrainer(_config(tiny_model_dir, tmp_path, total_steps=1, save_every=1, lora=False)).train()
     other = build_tiny_model(["<action>guess 1</action> Go higher."] * 50, tmp_path / "micro",

@@ -14,10 +14,10 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from training.checkpoint import latest_checkpoint  # noqa: E402
 from training.commands.eval import EvalArguments, evaluate_command  # noqa: E402
 from training.config import TrainConfig  # noqa: E402
-from training.metrics_log import read_metrics  # noqa: E402
+from training.infra.checkpoint import latest_checkpoint  # noqa: E402
+from training.infra.metrics_log import read_metrics  # noqa: E402
 from training.trainer import PaWTrainer  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

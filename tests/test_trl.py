@@ -88,13 +88,13 @@ def test_the_world_model_term_equals_the_native_trainers_on_the_same_transitions
         tiny_model_dir, tmp_path, one_torch_thread):
     """One generation batch (2 tasks × 2 episodes) through PaWGRPOTrainer's own path (TRL's
     forward pass, its rows split and shuffled): its L_WM equals the native trainer's
-    Σ w_wm · ℓ_WM over the same trajectories, serialised by training.rollout_batch (with each
+    Σ w_wm · ℓ_WM over the same trajectories, serialised by training.rl.rollout_batch (with each
     step's transcript as h_t), selected, weighted and scored by the native functions."""
     from training.config import TrainConfig
-    from training.objective import ObjectiveSettings, objective_weights
-    from training.rollout_batch import build_batch
+    from training.rl.losses import wm_token_loss
+    from training.rl.objective import ObjectiveSettings, objective_weights
+    from training.rl.rollout_batch import build_batch
     from training.serialization import TransitionSerializer
-    from training.losses import wm_token_loss
 
     trainer = _trainer(tiny_model_dir, tmp_path)
     trainer.model.train()

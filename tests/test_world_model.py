@@ -76,7 +76,7 @@ def test_embedding_reward_is_one_exactly_from_tau(minilm):
 
 
 def test_a_binary_group_gets_the_grpo_advantages(minilm):
-    from training.advantages import grpo
+    from training.rl.advantages import grpo
 
     target, wrong = "Go higher.", "You bought the pink shirt. Task complete."
     rewards = minilm.batch([target, wrong, wrong, target], [target] * 4)
@@ -171,7 +171,7 @@ def sft_model(tiny_model_dir, guess_replay, tmp_path_factory, torch_one_thread):
 @pytest.mark.heavy
 def test_sft_output_loads_and_changed_the_weights(sft_model, tiny_model_dir):
     from training.evaluate import load_policy
-    from training.metrics_log import read_metrics
+    from training.infra.metrics_log import read_metrics
 
     before, after = weights(tiny_model_dir), weights(sft_model / "model")
     assert any(not (before[k] == after[k]).all() for k in before)
@@ -188,7 +188,7 @@ def test_sft_output_loads_and_changed_the_weights(sft_model, tiny_model_dir):
 def test_cmae_trains_on_the_target_tokens(tiny_model_dir, guess_replay, tmp_path,
                                           torch_one_thread):
     from training.evaluate import load_policy
-    from training.metrics_log import read_metrics
+    from training.infra.metrics_log import read_metrics
 
     out = tmp_path / "cmae"
     assert main(["train-wm", "--method", "cmae", "--model", str(tiny_model_dir), "--replay",
@@ -227,7 +227,7 @@ def test_rwml_grpo_from_the_sft_model(sft_model, guess_replay, tmp_path):
     from safetensors.torch import load_file
 
     from training.evaluate import load_policy
-    from training.metrics_log import read_metrics
+    from training.infra.metrics_log import read_metrics
 
     out = tmp_path / "rwml"
     assert main(["train-wm", "--method", "rwml", "--model", str(sft_model / "model"),

@@ -2,9 +2,9 @@
 
 A YAML file maps 1:1 onto the dataclass fields (unknown keys are an error); ``paw-gym train``
 adds one typed flag per field (``--paw false``, ``--algo gigpo`` ...; see ``training.cli``),
-which wins over the file. :func:`training.config_values.parse_value` reads a flag's text (or a
+which wins over the file. :func:`training.infra.config_values.parse_value` reads a flag's text (or a
 string in the file) as the field's type, so the CLI and the YAML accept the same values; the
-checks every config shares are :mod:`training.checked_config`.
+checks every config shares are :mod:`training.infra.checked_config`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agents.serialization import WMContext
-from training.checked_config import CheckedConfig, bounded, field_types, optional_base
-from training.checked_config import check_config  # noqa: F401  (training.pretrain imports it here)
-from training.config_values import parse_value
+from training.infra.checked_config import CheckedConfig, bounded, field_types, optional_base
+from training.infra.checked_config import check_config  # noqa: F401  (training.pretrain imports it here)
+from training.infra.config_values import parse_value
 
 Algo = Literal["grpo", "gigpo", "rloo", "ppo"]
 ALGOS: tuple[str, ...] = typing.get_args(Algo)
@@ -191,7 +191,7 @@ class TrainConfig(CheckedConfig):
     noise_gradient_metric: bool = False
     """Log the paper's Appendix A.4 diagnostic at every update: the share of the WM target-logit
     gradient on noisy next-observation tokens (ASIN codes, brand-like capitals) under CE, MAE
-    and CMAE (``wm_noise_share_*``; ``training.diagnostics``). Costs one no-grad pass over the
+    and CMAE (``wm_noise_share_*``; ``training.rl.diagnostics``). Costs one no-grad pass over the
     WM rows."""
     max_obs_tokens: int | None = bounded(512, 1)
     """Observation tokens kept as the WM target (the first ones); None keeps all, as the paper

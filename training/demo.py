@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.serialization import WMContext
-from training.checked_config import CheckedConfig, bounded, check_config
+from training.infra.checked_config import CheckedConfig, bounded, check_config
 
 
 #: Bump when the base-model recipe changes meaning, so cached bases are rebuilt.
@@ -146,7 +146,7 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     import torch
 
     from training.evaluate import evaluate, load_policy, plan_evaluation, write_tables
-    from training.outputs import claim_folder
+    from training.infra.outputs import claim_folder
     from training.sft import SFTConfig, record_expert_demos, run_sft
     from training.trainer import PaWTrainer
 

@@ -39,8 +39,8 @@ def require_writable(folder: str | Path, flag: str) -> None:
 def claim_output_folder(folder: str | Path, command: str, overwrite: bool,
                         flag: str = "--output_dir") -> None:
     """A command's output folder, before any work: writable, and claimed through the output
-    guard (:func:`training.outputs.claim_folder`); either mistake is one :class:`UserError`."""
-    from training.outputs import OutputExists, claim_folder
+    guard (:func:`training.infra.outputs.claim_folder`); either mistake is one :class:`UserError`."""
+    from training.infra.outputs import OutputExists, claim_folder
 
     require_writable(folder, flag)
     try:
@@ -51,8 +51,8 @@ def claim_output_folder(folder: str | Path, command: str, overwrite: bool,
 
 def claim_output_files(paths: list[Path], overwrite: bool, flag: str, folder_flag: str) -> None:
     """A command's output files (all in one folder), before any work: none there already unless
-    ``overwrite`` (:func:`training.outputs.claim_file`), and their folder writable."""
-    from training.outputs import OutputExists, claim_file
+    ``overwrite`` (:func:`training.infra.outputs.claim_file`), and their folder writable."""
+    from training.infra.outputs import OutputExists, claim_file
 
     try:
         for path in paths:
@@ -68,8 +68,8 @@ def check_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> None:
     its constructor does not take. Builds nothing (an env can be expensive to build)."""
     import gymnasium as gym
 
-    import paw_gym
     from agents.envs import check_env_settings
+    import paw_gym
 
     if env_id not in gym.registry:
         text_envs = list(paw_gym.list_text_envs())
@@ -87,7 +87,7 @@ def parse_env_kwargs(text: str) -> dict[str, Any]:
     """The one env-kwargs syntax of every command: ``'{split: test, n_items: 8}'`` (YAML or
     JSON) or ``split=test,n_items=8`` (values read as YAML); a :class:`UserError` names the
     bad item."""
-    from training.config_values import parse_mapping
+    from training.infra.config_values import parse_mapping
 
     try:
         return parse_mapping(text)

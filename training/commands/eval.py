@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 AGENTS = ("policy", "react", "reflexion", "random", "expert")
 
-from training.checked_config import CheckedConfig, bounded
+from training.infra.checked_config import CheckedConfig, bounded
 
 
 @dataclass
@@ -169,9 +169,9 @@ def build_agent(arguments: EvalArguments, env_id: str):
 
 
 def evaluate_command(arguments: EvalArguments) -> int:
-    from training.checkpoint import resolve_checkpoint
     from training.commands.common import (UserError, check_env, check_file_name,
                                           claim_output_files, require_writable)
+    from training.infra.checkpoint import resolve_checkpoint
 
     check_file_name(arguments.name, "--name")
     if arguments.checkpoint:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Literal
 
 from agents.serialization import WMContext
-from training.checked_config import CheckedConfig, bounded
+from training.infra.checked_config import CheckedConfig, bounded
 from training.world_model import DEFAULT_TAU
 
 

@@ -146,7 +146,7 @@ def _as_hf_field(field: dataclasses.Field, kind: Any) -> dataclasses.Field:
     it gets). HF handles bools (``--paw [true|false]``, ``--no_paw``) and ``Literal`` choices
     itself; every other type gets :func:`training.config.parse_value` as its argparse type, since
     HF cannot read ``none`` for an optional field, ``a,b`` lists, mappings or ``Any``."""
-    from training.checked_config import optional_base
+    from training.infra.checked_config import optional_base
 
     hf_field = copy.copy(field)
     # The field's accepted range is checked by training.config.check_config, not argparse.
@@ -166,7 +166,7 @@ def _as_hf_field(field: dataclasses.Field, kind: Any) -> dataclasses.Field:
 def _value_reader(kind: Any):
     """An argparse ``type`` reading a flag's text as ``kind``; argparse prefixes its error with
     the flag (``argument --total_steps/--total-steps: expected an integer, got '2.5'``)."""
-    from training.config_values import parse_value
+    from training.infra.config_values import parse_value
 
     def read(text: str) -> Any:
         try:
@@ -179,8 +179,8 @@ def _value_reader(kind: Any):
 
 def _describe(action: argparse.Action, field: dataclasses.Field, kind: Any, doc: str) -> None:
     """Help text (the field's docstring and default) and a metavar naming the type."""
-    from training.checked_config import optional_base
-    from training.config_values import format_value, type_metavar
+    from training.infra.checked_config import optional_base
+    from training.infra.config_values import format_value, type_metavar
 
     if field.default is not dataclasses.MISSING:
         default = f"(default: {format_value(field.default)})"

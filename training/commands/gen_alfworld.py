@@ -17,7 +17,7 @@ TaskType = Literal["pick_and_place_simple", "look_at_obj_in_light",
                    "pick_clean_then_place_in_recep", "pick_heat_then_place_in_recep",
                    "pick_cool_then_place_in_recep", "pick_two_obj_and_place"]
 
-from training.checked_config import CheckedConfig, bounded
+from training.infra.checked_config import CheckedConfig, bounded
 
 
 #: Games per task type and split beyond which a generation would run for days.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.checked_config import CheckedConfig
+from training.infra.checked_config import CheckedConfig
 
 
 @dataclass

@@ -27,8 +27,8 @@ over the transitions t of the generation batch: S_α the ⌈α·N⌉ transitions
 action entropy (over all processes), λ_g = max(0, 1 − R̄_g / R_max) per group of
 ``num_generations`` episodes of one task, ℓ_WM the CMAE (or MAE / CE) of the tokens of o_{t+1}
 in the completion, scored by the log-probs TRL's own forward pass computes (no second pass).
-Selection, λ_g, the weights and ℓ_WM are :mod:`training.losses`, :mod:`training.rollout_batch`
-and :func:`training.objective.wm_weights`: the native trainer's functions, not a copy. The
+Selection, λ_g, the weights and ℓ_WM are :mod:`training.rl.losses`, :mod:`training.rl.rollout_batch`
+and :func:`training.rl.objective.wm_weights`: the native trainer's functions, not a copy. The
 environment turn is the native ``next_turn`` serialisation, so with the transcript as h_t a
 transition's targets and their context are the native row's (``tests/test_trl.py`` checks
 that the two terms are equal on a fixed batch). The term is scaled per micro-batch so that an
@@ -61,11 +61,11 @@ from trl import GRPOConfig, GRPOTrainer
 from agents.sampling import DEFAULT_STOP
 from agents.transcript import TRANSCRIPT_TEMPLATE, EpisodeSequence, TranscriptAgent
 from agents.types import Trajectory
-from training.checked_config import check_bounds
 from training.config import TrainConfig
-from training.losses import WM_LOSS_KINDS, select_by_entropy, wm_token_loss
-from training.objective import wm_weights
-from training.rollout_batch import entropy_score, lambda_return, lambdas_of_returns
+from training.infra.checked_config import check_bounds
+from training.rl.losses import WM_LOSS_KINDS, select_by_entropy, wm_token_loss
+from training.rl.objective import wm_weights
+from training.rl.rollout_batch import entropy_score, lambda_return, lambdas_of_returns
 
 #: The key of a prompt message that names the task (:func:`task_dataset`).
 TASK_SEED = "task_seed"
@@ -407,7 +407,7 @@ class PaWGRPOTrainer(GRPOTrainer):
 def transcript_wm_loss(logprobs: torch.Tensor, wm_index: torch.Tensor, wm_weight: torch.Tensor,
                        kind: str = "cmae", rho: float = 0.2) -> torch.Tensor:
     """Σ_b Σ_k wm_weight[b, k] · ℓ_WM(b, k), where ℓ_WM(b, k) is
-    :func:`training.losses.wm_token_loss` over the completion tokens of row b whose
+    :func:`training.rl.losses.wm_token_loss` over the completion tokens of row b whose
     ``wm_index`` is k (``logprobs``, ``wm_index``: [B, C]; ``wm_weight``: [B, K])."""
     rows, transitions = wm_weight.shape
     if not transitions:

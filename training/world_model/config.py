@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from agents.serialization import WMContext
-from training.checked_config import CheckedConfig, bounded
+from training.infra.checked_config import CheckedConfig, bounded
 from training.world_model.rewards import DEFAULT_TAU, make_reward
 
 

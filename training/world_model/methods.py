@@ -5,20 +5,20 @@ predictions, and one loss step of ``sft`` / ``cmae`` (:func:`target_loss_step`) 
 **Methods** (:class:`WorldModelConfig.method`):
 
 * ``rwml``: GRPO. Per prompt q, K answers y_1..y_K at temperature 1, rewards r_k = r(ŝ_k, s),
-  advantages A_k = (r_k − mean r) / (std r + ε) (``training.advantages.grpo``), and the loss
+  advantages A_k = (r_k − mean r) / (std r + ε) (``training.rl.advantages.grpo``), and the loss
 
       L = mean_q (1 / Σ_k |y_k|) Σ_k Σ_i [ max(−A_k ρ_ki, −A_k clip(ρ_ki, 1−ε, 1+ε))
                                             + β · k3(π_θ, π_ref)_ki ]
 
   with ρ_ki the ratio of the token's probability now and at sampling (one update per batch,
   as the paper's mini-batch = batch) and k3 = exp(Δ) − Δ − 1, Δ = log π_ref − log π_θ, π_ref =
-  the model with its LoRA adapters disabled, or a frozen copy (``training.objective``). A group
+  the model with its LoRA adapters disabled, or a frozen copy (``training.rl.objective``). A group
   whose K rewards are equal has zero advantage: no signal (logged as ``nonuniform_groups``).
 * ``sft`` (RWML's "WM SFT" baseline): cross-entropy on the target answer
   ``<think></think><observation>s</observation><eos>`` (:func:`target_answer`), mean over its
   tokens, mean over the batch.
 * ``cmae``: the PaW world-model term alone, offline, without RL: PaW's clipped MAE
-  ℓ = Σ_i 1[p_i ≤ ρ] (1 − p_i) / |o| (``training.losses.wm_token_loss``) on the o_next tokens
+  ℓ = Σ_i 1[p_i ≤ ρ] (1 − p_i) / |o| (``training.rl.losses.wm_token_loss``) on the o_next tokens
   of the transition in the PaW term's serialisation chat(h) ⊕ a ⊕ s ⊕ o_next
   (``wm_context``, :mod:`agents.serialization`), not in the prompt format of
   :mod:`training.world_model.data`: it trains the policy's own world model, which
@@ -72,9 +72,9 @@ def make_optimizer(model, lr: float):
 
 
 def target_rows(policy, examples: Sequence[WMExample], max_seq_len: int) -> list:
-    """``training.batch.Sample`` rows chat(prompt) ⊕ target answer ⊕ <eos>, the answer tokens
+    """``training.rl.batch.Sample`` rows chat(prompt) ⊕ target answer ⊕ <eos>, the answer tokens
     marked as observation tokens (the prompt is cut from the left to fit)."""
-    from training.batch import Sample
+    from training.rl.batch import Sample
 
     rows = []
     eos = policy.eos_ids[0]
@@ -90,10 +90,10 @@ def target_rows(policy, examples: Sequence[WMExample], max_seq_len: int) -> list
 
 def transition_rows(policy, examples: Sequence[WMExample], max_seq_len: int,
                     wm_context: str) -> list:
-    """``training.batch.Sample`` rows of the transitions in the PaW term's serialisation
+    """``training.rl.batch.Sample`` rows of the transitions in the PaW term's serialisation
     chat(h) ⊕ a ⊕ s ⊕ o_next, the o_next tokens marked as observation tokens."""
-    from training.batch import Sample
     from agents.serialization import TransitionSerializer
+    from training.rl.batch import Sample
 
     serializer = TransitionSerializer.for_policy(policy, wm_context)
     rows = []
@@ -111,9 +111,9 @@ def target_loss_step(policy, optimizer, examples: Sequence[WMExample],
     per-example token loss."""
     import torch
 
-    from training.batch import collate, token_budget_batches
-    from training.losses import clipped_token_fraction, wm_token_loss
-    from training.objective import gather_logprobs
+    from training.rl.batch import collate, token_budget_batches
+    from training.rl.losses import clipped_token_fraction, wm_token_loss
+    from training.rl.objective import gather_logprobs
 
     kind = "ce" if config.method == "sft" else "cmae"
     rows = target_rows(policy, examples, config.max_seq_len) if config.method == "sft" else \
@@ -140,13 +140,13 @@ def target_loss_step(policy, optimizer, examples: Sequence[WMExample],
 def rwml_step(policy, optimizer, reference, examples: Sequence[WMExample], reward: Reward,
               config: WorldModelConfig, seed: int) -> dict[str, float]:
     """One GRPO step on ``examples``: sample K answers each, reward them, one PPO-clip + k3 KL
-    update (``training.objective.micro_batch_loss`` with the world-model term off)."""
+    update (``training.rl.objective.micro_batch_loss`` with the world-model term off)."""
     import torch
 
-    from training.advantages import grpo
-    from training.batch import Sample, collate, token_budget_batches
-    from training.objective import (ObjectiveSettings, gather_logprobs, micro_batch_loss,
-                                    objective_weights)
+    from training.rl.advantages import grpo
+    from training.rl.batch import Sample, collate, token_budget_batches
+    from training.rl.objective import (ObjectiveSettings, gather_logprobs, micro_batch_loss,
+                                       objective_weights)
 
     k = config.group_size
     groups = sample_predictions(policy, examples, k, temperature=config.temperature,

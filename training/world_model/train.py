@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from training.checked_config import check_config
+from training.infra.checked_config import check_config
 from training.world_model.config import SPLIT_KEY, WorldModelConfig
 from training.world_model.data import load_examples, split_examples
 from training.world_model.methods import (load_trainable_policy, make_optimizer, rwml_step,
@@ -50,9 +50,9 @@ def train_world_model(config: WorldModelConfig) -> tuple[Path, list[dict[str, An
     import torch
 
     from paw_gym.progress import progress_bar
-    from training.metrics_log import MetricsLogger
+    from training.infra.metrics_log import MetricsLogger
+    from training.infra.plots import plot_curves
     from training.models import Reference
-    from training.plots import plot_curves
 
     check_config(config)  # a config changed after it was made
     out = Path(config.output_dir)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from training.metrics_log import CURVES, read_metrics, run_folder
+from training.infra.metrics_log import CURVES, read_metrics, run_folder
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

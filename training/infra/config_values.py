@@ -8,7 +8,7 @@ from __future__ import annotations
 import typing
 from typing import Any, Literal
 
-from training.checked_config import SCALAR_NAMES, optional_base
+from training.infra.checked_config import SCALAR_NAMES, optional_base
 
 
 _BOOLS = {"true": True, "yes": True, "on": True, "1": True,
