@@ -23,6 +23,7 @@ def wandb_offline(monkeypatch, tmp_path):
     monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "wandb-cache"))
 
 
+@pytest.mark.heavy
 def test_trainer_metrics_reach_tensorboard_and_wandb(tiny_model_dir, tmp_path, wandb_offline):
     out = tmp_path / "run"
     config = TrainConfig(model=str(tiny_model_dir), env_id="Test/GuessNumber-v0", n_groups=2,

@@ -250,6 +250,7 @@ def test_rwml_grpo_from_the_sft_model(sft_model, guess_replay, tmp_path):
     assert type(policy.model).__name__ == "PeftModelForCausalLM"
 
 
+@pytest.mark.heavy
 def test_eval_wm_reproduces_its_table_from_the_predictions(sft_model, guess_replay, tmp_path,
                                                            torch_one_thread, minilm):
     out = tmp_path / "eval"
@@ -272,6 +273,7 @@ def test_eval_wm_reproduces_its_table_from_the_predictions(sft_model, guess_repl
     assert table["meta"]["split"] == "all" and table["meta"]["transitions"] == 8
 
 
+@pytest.mark.heavy
 def test_eval_wm_refuses_the_split_of_an_output_of_the_earlier_id_keyed_train_wm(
         sft_model, tmp_path, capsys):
     saved = json.loads((sft_model / "wm_config.json").read_text())
