@@ -37,7 +37,7 @@ EXTRAS = {
     # websockets 17 needs Python >= 3.11, 16.1.1 is the newest for 3.10 (tests pass on both).
     "remote": ['websockets==17.4; python_version >= "3.11"',
                'websockets==16.1.1; python_version < "3.11"'],
-    # paw_gym.integrations.trl: PaW in TRL's GRPOTrainer (the version its tests ran with).
+    # training.integrations.trl: PaW in TRL's GRPOTrainer (the version its tests ran with).
     "trl": ["trl==1.16.0", "datasets>=2.19"],
     # TensorBoard / Weights & Biases logging (TrainConfig.tensorboard / .wandb).
     "logging": ["tensorboard>=2.15", "wandb>=0.17"],

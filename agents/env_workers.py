@@ -12,7 +12,7 @@ ALFWorld reset), while our episodes leave the batch when they end; and it runs o
 env, where a 2-16 core machine wants a few workers each holding many envs.
 
 Agents that read the env (``RandomAgent`` asks for the action format, ``ExpertAgent`` calls
-``env.unwrapped.expert_action()``) get a :class:`RemoteEnv` per env: attribute reads and method
+``env.unwrapped.expert_action()``) get a :class:`WorkerEnv` per env: attribute reads and method
 calls are forwarded to the worker that owns the env, so every agent works with workers.
 """
 
@@ -26,6 +26,8 @@ import traceback
 from typing import Any, Callable, Mapping, Sequence
 
 import gymnasium as gym
+
+from wrappers.parse_action import wrapped_action_format
 
 #: ``(env index, reset seed, reset options)``
 ResetRequest = tuple[int, int | None, Mapping[str, Any] | None]
@@ -105,7 +107,7 @@ class EnvWorkers:
         except BaseException:
             self.close()
             raise
-        self.handles = [RemoteEnv(self, i, formats[i % num_workers][i // num_workers])
+        self.handles = [WorkerEnv(self, i, formats[i % num_workers][i // num_workers])
                         for i in range(num_envs)]
 
     def reset(self, requests: Sequence[ResetRequest]) -> list[tuple[Any, dict]]:
@@ -192,7 +194,7 @@ class EnvWorkers:
                               f"(exit code {process.exitcode})")
 
 
-class RemoteEnv:
+class WorkerEnv:
     """An agent's view of an env that lives in a worker process.
 
     Public attribute reads and method calls are forwarded: ``env.unwrapped.expert_action()``
@@ -206,8 +208,8 @@ class RemoteEnv:
         self.action_format = action_format
 
     @property
-    def unwrapped(self) -> RemoteEnv:
-        return RemoteEnv(self._workers, self._index, self.action_format,
+    def unwrapped(self) -> WorkerEnv:
+        return WorkerEnv(self._workers, self._index, self.action_format,
                          self._path + ("unwrapped",))
 
     def __getattr__(self, name: str) -> Any:
@@ -221,7 +223,7 @@ class RemoteEnv:
         return value
 
     def __repr__(self) -> str:
-        return f"RemoteEnv(index={self._index}, path={'.'.join(self._path) or 'env'})"
+        return f"WorkerEnv(index={self._index}, path={'.'.join(self._path) or 'env'})"
 
 
 class _Method:
@@ -236,8 +238,6 @@ def _serve(connection, inherited, make_env: Callable[[], gym.Env], indices: Sequ
            ) -> None:
     """A worker's loop: build the envs of ``indices``, then answer commands until ``close``
     (or until the parent's end of the pipe closes: the parent died)."""
-    from agents.envs import action_format_of
-
     # A forked worker holds copies of the parent's pipe ends; closing them lets every worker
     # see EOF (and exit) if the parent dies.
     for parent_end in inherited:
@@ -249,7 +249,7 @@ def _serve(connection, inherited, make_env: Callable[[], gym.Env], indices: Sequ
         try:
             for index in indices:
                 envs[index] = make_env()
-            connection.send(("ok", [action_format_of(envs[index]) for index in indices]))
+            connection.send(("ok", [wrapped_action_format(envs[index]) for index in indices]))
         except Exception:
             connection.send(("error", traceback.format_exc()))
             return

@@ -144,13 +144,9 @@ def env_factory(env: EnvSource, **kwargs: Any) -> Callable[[], gym.Env]:
 
 def action_format_of(env: gym.Env) -> str:
     """The ``ParseAction`` format of a wrapped env (``"action"`` when there is none)."""
-    from agents.env_workers import RemoteEnv
-    from wrappers import ParseAction
+    from agents.env_workers import WorkerEnv
+    from wrappers.parse_action import wrapped_action_format
 
-    if isinstance(env, RemoteEnv):  # an env in a worker process: the format read there
+    if isinstance(env, WorkerEnv):  # an env in a worker process: the format read there
         return env.action_format
-    while isinstance(env, gym.Wrapper):
-        if isinstance(env, ParseAction):
-            return env.action_format
-        env = env.env
-    return "action"
+    return wrapped_action_format(env)

@@ -55,7 +55,7 @@ def rollout(
             owning a share of the envs, capped at their number), so a step's env work runs in
             parallel; pays off for slow envs (ALFWorld), costs a little on fast ones (see
             ``benchmarks/env_workers.py``). 0 keeps them in this process. Trajectories are the
-            same either way; agents get :class:`~agents.env_workers.RemoteEnv` handles that
+            same either way; agents get :class:`~agents.env_workers.WorkerEnv` handles that
             forward attribute reads and method calls (``expert_action``) to the worker.
     Returns:
         ``num_groups * group_size`` trajectories, group by group (``group_index`` set).

@@ -2,7 +2,7 @@
 
 The native agent loop shows the policy a fresh prompt h_t at every step (``HistoryPrompt``).
 Trainers that train a whole episode as one sequence (TRL's ``GRPOTrainer`` with a
-``rollout_func``, :mod:`paw_gym.integrations.trl`) need the policy to act on the growing
+``rollout_func``, :mod:`training.integrations.trl`) need the policy to act on the growing
 transcript instead, and need its ids to be exactly the ones it acted on:
 
     chat(p_1) ⊕ a_1 ⊕ turn(p_2) ⊕ a_2 ⊕ … ⊕ a_T ⊕ s ⊕ o_{T+1} ⊕ e
@@ -10,7 +10,7 @@ transcript instead, and need its ids to be exactly the ones it acted on:
 ``p_t`` is the wrapped env's prompt at step t (use ``history_length=0``: the transcript already
 holds the history), ``a_t`` the generated response ids, kept as generated (rendering the text
 again would retokenise them), and ``turn(p) = s ⊕ p ⊕ g``: the separator ``s`` a chat template
-puts between an assistant message and the next user message (:mod:`training.serialization`'s
+puts between an assistant message and the next user message (:mod:`agents.serialization`'s
 ``next_turn`` separator), the prompt, and the template's generation prompt ``g`` (end of the user
 turn, assistant header). The final observation and the end-of-turn token ``e`` close the
 transcript, so o_{T+1} is a world-model target like the others.
@@ -74,7 +74,7 @@ class TurnFormat:
 
     def __init__(self, tokenizer: Any, eos_ids: Sequence[int]):
         from agents.chat import render_chat
-        from training.serialization import TransitionSerializer, observation_separator
+        from agents.serialization import TransitionSerializer, observation_separator
 
         self.tokenizer = tokenizer
         self.serializer = TransitionSerializer(tokenizer, "next_turn", eos_ids)

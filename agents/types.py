@@ -1,4 +1,5 @@
-"""Data passed between policies, rollouts and the trainer (the Policy contract of DESIGN.md)."""
+"""Data passed between policies, rollouts and the trainer (the Policy contract of
+docs/design.md)."""
 
 from __future__ import annotations
 

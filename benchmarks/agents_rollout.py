@@ -5,20 +5,17 @@ live env). B: the same policy, one env at a time, one ``act([prompt])`` per step
 ``--naive-episodes`` of the same tasks (it is slow; rates are per second, so the subset is fair).
 A and B alternate ``--repeats`` times; medians are printed with the ratio A/B.
 
-    python benchmarks/agents_rollout.py                     # WebShop, micro tiny model, 16 x 8
-    python benchmarks/agents_rollout.py --model DIR --max-new-tokens 256 --repeats 3
+    python -m benchmarks.agents_rollout                     # WebShop, micro tiny model, 16 x 8
+    python -m benchmarks.agents_rollout --model DIR --max-new-tokens 256 --repeats 3
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def batched(policy, args, env_kwargs) -> tuple[int, int, float]:
@@ -87,7 +84,7 @@ def main() -> int:
 
     import paw_gym  # noqa: F401
     from agents import HFPolicy
-    from training.cli import parse_env_kwargs
+    from training.commands.common import parse_env_kwargs
 
     torch.set_num_threads(args.threads)
     env_kwargs = parse_env_kwargs(args.env_kwargs)

@@ -13,8 +13,8 @@ Measures, on the same games and the same command sequences (A/B alternated per g
 
 Run::
 
-    python benchmarks/alfworld_speed.py                 # generated cache (built on first use)
-    python benchmarks/alfworld_speed.py --data-dir DIR  # e.g. $ALFWORLD_DATA or gen-alfworld output
+    python -m benchmarks.alfworld_speed                 # generated cache (built on first use)
+    python -m benchmarks.alfworld_speed --data-dir DIR  # e.g. $ALFWORLD_DATA or gen-alfworld output
 """
 
 from __future__ import annotations
@@ -24,13 +24,10 @@ import json
 import random
 import resource
 import shutil
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def pct(values, q):

@@ -12,7 +12,7 @@ classified:
 * **traceback**: any other exception escapes;
 * **accepted**: nothing complains.
 
-    python benchmarks/bad_inputs.py          # ~1 min; writes results/bad_inputs.md and .json
+    python -m benchmarks.bad_inputs          # ~1 min; writes results/bad_inputs.md and .json
 
 The goal is 0 tracebacks and 0 accepted.
 """
@@ -23,17 +23,13 @@ import argparse
 import contextlib
 import io
 import json
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks import common as C  # noqa: E402
+from benchmarks import common as C
 
 CLEAR_ERRORS = (ValueError, FileNotFoundError, FileExistsError, PermissionError)
 
@@ -102,8 +98,8 @@ def _tiny(work: Path) -> Path:
 
 def _checkpoint_with(work: Path, damage: Callable[[Path], None]) -> Path:
     """A real 1-step run's output dir, then ``damage`` applied to its latest checkpoint."""
-    from training.checkpoint import latest_checkpoint
     from training.config import TrainConfig
+    from training.infra.checkpoint import latest_checkpoint
     from training.trainer import PaWTrainer
 
     model = _tiny(work)
@@ -127,8 +123,8 @@ def _resume(damage: Callable[[Path], None]) -> Callable[[Path], int]:
 
 def _resume_explicit(damage: Callable[[Path], None]) -> Callable[[Path], int]:
     def run(work: Path) -> int:
-        from training.checkpoint import latest_checkpoint
         from training.cli import main
+        from training.infra.checkpoint import latest_checkpoint
 
         out = _checkpoint_with(work, damage)
         return main(["train", "--config", str(out / "config.yaml"), "--total_steps", "3",
@@ -138,8 +134,8 @@ def _resume_explicit(damage: Callable[[Path], None]) -> Callable[[Path], int]:
 
 def _eval_checkpoint(damage: Callable[[Path], None]) -> Callable[[Path], int]:
     def run(work: Path) -> int:
-        from training.checkpoint import latest_checkpoint
         from training.cli import main
+        from training.infra.checkpoint import latest_checkpoint
 
         out = _checkpoint_with(work, damage)
         return main(["eval", "--env", "PaW/Shelf-v0", "--checkpoint",
@@ -433,19 +429,19 @@ def _serve_env_on_a_taken_port(work: Path) -> int:
 
 
 def _paw_grpo_config(work: Path, **settings: Any) -> Any:
-    from paw_gym.integrations.trl import PaWGRPOConfig
+    from training.integrations.trl import PaWGRPOConfig
 
     return PaWGRPOConfig(output_dir=str(work / "trl"), use_cpu=True, **settings)
 
 
 def _env_rollout(env_id: str, max_steps: int = 6) -> Any:
-    from paw_gym.integrations.trl import EnvRollout
+    from training.integrations.trl import EnvRollout
 
     return EnvRollout(env_id, max_steps=max_steps)
 
 
 def _task_seed(prompt: Any) -> int:
-    from paw_gym.integrations.trl import task_seed
+    from training.integrations.trl import task_seed
 
     return task_seed(prompt)
 

@@ -20,22 +20,18 @@ runs whose training success fell below 10 % at some update (issue 25's seed 7 fe
 and after, the per-update curves with the leak metric, CPU time) is one JSON file in
 ``benchmarks/results/demo_seeds/``; existing files are skipped, so the script resumes.
 
-    python benchmarks/demo_seeds.py --seeds 10 --workers 2
-    python benchmarks/demo_seeds.py --report
+    python -m benchmarks.demo_seeds --seeds 10 --workers 2
+    python -m benchmarks.demo_seeds --report
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
-
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 RESULTS = Path(__file__).resolve().parent / "results" / "demo_seeds"
 WORK = Path(__file__).resolve().parents[1] / "runs" / "demo_seeds"
@@ -85,7 +81,7 @@ def build_base(seed: int, context: str) -> str:
 def run(variant: str, seed: int) -> Path:
     """One demo run; its result file."""
     from training.demo import DemoConfig, run_demo
-    from training.metrics_log import read_metrics
+    from training.infra.metrics_log import read_metrics
 
     path = RESULTS / f"{variant}__s{seed}.json"
     if path.is_file():

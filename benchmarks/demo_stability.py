@@ -8,8 +8,8 @@ the demo's RL stage with a setting's overrides and records the training success 
 update. No held-out task is played, so choosing a setting here does not look at the numbers
 that ``demo_seeds.py`` reports afterwards.
 
-    python benchmarks/demo_stability.py --seeds 2 3 6 8 --variants vanilla --settings one_step
-    python benchmarks/demo_stability.py --report
+    python -m benchmarks.demo_stability --seeds 2 3 6 8 --variants vanilla --settings one_step
+    python -m benchmarks.demo_stability --report
 
 One JSON per (setting, variant, seed) in ``benchmarks/results/demo_stability/``; existing
 files are skipped.
@@ -19,14 +19,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 RESULTS = Path(__file__).resolve().parent / "results" / "demo_stability"
 WORK = Path(__file__).resolve().parents[1] / "runs" / "demo_stability"
@@ -44,7 +40,7 @@ def run(setting: str, variant: str, seed: int, updates: int) -> Path:
 
     from benchmarks.demo_seeds import record_demos
     from training.demo import DemoConfig, cached_base, rl_config
-    from training.metrics_log import read_metrics
+    from training.infra.metrics_log import read_metrics
     from training.trainer import PaWTrainer
 
     path = RESULTS / f"{setting}__{variant}__s{seed}.json"

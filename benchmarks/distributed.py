@@ -1,4 +1,4 @@
-"""Multi-process training (``training.distributed``): exactness and scaling, 1 vs 2 processes.
+"""Multi-process training (``training.infra.distributed``): exactness and scaling, 1 vs 2 processes.
 
 Every multi-process measurement is a real ``torchrun --standalone`` launch of this script's
 worker (gloo on CPU, one torch thread per process).
@@ -19,8 +19,8 @@ processes sample different episodes, the update is also timed on the same fixed 
 validation (every held-out Shelf task once, shared by the ranks) is timed on its own.
 
     paw-gym demo                                     # once: builds the base model it uses
-    python benchmarks/distributed.py                 # both, ~10 min on 2 cores
-    python benchmarks/distributed.py --only exactness --updates 2
+    python -m benchmarks.distributed                 # both, ~10 min on 2 cores
+    python -m benchmarks.distributed --only exactness --updates 2
 """
 
 from __future__ import annotations
@@ -38,8 +38,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
 DEFAULT_MODEL = REPO / "runs" / "demo" / "base-model"
 
 #: The exactness variants: TrainConfig fields over the shared settings.
@@ -86,7 +84,7 @@ def worker(job_file: str, out_file: str) -> None:
     import torch
 
     from training.config import TrainConfig
-    from training.distributed import shutdown
+    from training.infra.distributed import shutdown
     from training.trainer import PaWTrainer
 
     torch.set_num_threads(1)
@@ -139,9 +137,9 @@ def worker(job_file: str, out_file: str) -> None:
 
 
 def own_groups(trainer, trajectories: list) -> list:
-    """Copies of the trajectories of this rank's groups (``training.distributed.group_shard``
+    """Copies of the trajectories of this rank's groups (``training.infra.distributed.group_shard``
     of the update's groups, as ``PaWTrainer.train_step`` shares them)."""
-    from training.distributed import group_shard
+    from training.infra.distributed import group_shard
 
     world = trainer.world
     shard = group_shard(trainer.config.rollout_groups, world.world_size, world.rank)
@@ -155,7 +153,7 @@ def _no_collection(*args):
 def record_gradients(trainer) -> list[dict]:
     """A list that receives the policy's gradients at every optimizer step (after DDP's
     all-reduce and clipping, as the optimizer sees them)."""
-    from training.distributed import whole
+    from training.infra.distributed import whole
 
     steps: list[dict] = []
     named = [(n, p) for n, p in trainer.model.named_parameters() if p.requires_grad]
@@ -170,7 +168,7 @@ def record_gradients(trainer) -> list[dict]:
 
 def trained_parameters(trainer) -> dict:
     """Every trainable tensor of the policy, and the PPO critic's, as CPU copies."""
-    from training.distributed import whole
+    from training.infra.distributed import whole
 
     params = {f"policy.{n}": whole(p).detach().cpu().clone()
               for n, p in trainer.model.named_parameters() if p.requires_grad}
@@ -207,10 +205,10 @@ def held_bytes(trainer) -> dict:
 def memory(model: str, worlds: tuple[int, ...] = (1, 2, 4)) -> dict:
     """Per-rank bytes held by FSDP training (GRPO + PaW and PPO + PaW, full fine-tuning) on 1,
     2 and 4 processes after one update of the same fixed rollout, against
-    ``training.memory``'s estimate of the same parts; GRPO with DDP on 2 processes for
+    ``training.infra.memory``'s estimate of the same parts; GRPO with DDP on 2 processes for
     comparison."""
     from training.config import TrainConfig
-    from training.memory import estimate, model_shape
+    from training.infra.memory import estimate, model_shape
 
     shape = model_shape(model)
     report = {}

@@ -7,17 +7,13 @@ literally). On one rollout (16 tasks × 8 samples, temperature 1.0) of each Shel
 ``benchmarks/study_small.py``, this prints the overlap of the two top-α sets (|A ∩ B| / |A|;
 both sets have ⌈α N⌉ members), their Jaccard index, and the Spearman correlation of the scores.
 
-    python benchmarks/entropy_score_overlap.py        # -> results/entropy_score_overlap.json
+    python -m benchmarks.entropy_score_overlap        # -> results/entropy_score_overlap.json
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
-
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def overlap(start: str, alpha: float = 0.75) -> dict:
@@ -27,7 +23,7 @@ def overlap(start: str, alpha: float = 0.75) -> dict:
     from agents.hf_policy import HFPolicy
     from agents.rollout import rollout
     from benchmarks.study_small import ENV, PROMPT, STARTS, build_start
-    from training.losses import sampled_token_entropy, select_by_entropy
+    from training.rl.losses import sampled_token_entropy, select_by_entropy
 
     torch.set_num_threads(1)
     model = build_start(Path("runs/study_shelf") / f"start-{start}", STARTS[start])

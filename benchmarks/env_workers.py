@@ -8,8 +8,8 @@ with workers. The configurations alternate within each repeat (rotated order); m
 repeats are printed with the ratio to in-process. The agent is ``RandomAgent`` (no model), so
 the time is env construction + resets + steps + the worker round trips.
 
-    python benchmarks/env_workers.py                                # ALFWorld and Shelf, 32 envs
-    python benchmarks/env_workers.py --repeats 7 --max-steps 20 --agent expert
+    python -m benchmarks.env_workers                                # ALFWorld and Shelf, 32 envs
+    python -m benchmarks.env_workers --repeats 7 --max-steps 20 --agent expert
 """
 
 from __future__ import annotations
@@ -21,9 +21,6 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SLOW_ENV, FAST_ENV = "PaW/ALFWorld-v0", "PaW/Shelf-v0"
 
@@ -52,7 +49,7 @@ def timed_rollout(env_id: str, workers: int, args) -> dict:
 
 
 def measure(env_id: str, workers: int, args) -> dict:
-    command = [sys.executable, __file__, "--child", env_id, str(workers), "--groups",
+    command = [sys.executable, "-m", "benchmarks.env_workers", "--child", env_id, str(workers), "--groups",
                str(args.groups), "--group-size", str(args.group_size), "--max-steps",
                str(args.max_steps), "--seed", str(args.seed), "--agent", args.agent]
     output = subprocess.run(command, check=True, capture_output=True, text=True).stdout

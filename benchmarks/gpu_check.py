@@ -11,20 +11,20 @@ error while the others still run):
   vocabulary, tied embeddings) fully fine-tuned for two optimizer steps on the paper's row shape
   (prompt 2048 + response 512 + world-model target 512 tokens, ``configs/paper``) at its token
   budget (32,768 tokens per micro-batch), gradient checkpointing on, through the project's
-  chunked training objective (``training.objective.micro_batch_loss``). Reports training tokens/s
+  chunked training objective (``training.rl.objective.micro_batch_loss``). Reports training tokens/s
   and peak memory, the peak of the same pass with the full ``[tokens, vocab]`` logits instead
   (what the chunking saves at this vocabulary), and HF ``generate`` tokens/s at the paper's
   rollout shape.
 * ``fsdp`` - FSDP2 (``torch.distributed.fsdp.fully_shard``) over every visible GPU (NCCL; on a
   CPU: 2 gloo processes), launched with torchrun: each decoder layer and the scorer sharded, the
-  ranks splitting the rows of one micro-batch (``training.distributed.shard_module``, which
+  ranks splitting the rows of one micro-batch (``training.infra.distributed.shard_module``, which
   ``sharding: fsdp`` uses). Checks the sharded gradients against one unsharded process on the
   same rows (float32 on a GPU, float64 on a CPU), then times a bfloat16 mixed-precision step of
   the 1.5B-architecture model (GPU only). The trainer around it (rollouts on the gathered copy,
   equal pass counts, checkpoints) is not part of this check.
 
     bash scripts/gpu_check.sh                    # a CUDA machine: all parts, a few minutes
-    python benchmarks/gpu_check.py --quick       # a CPU: the parts a CPU can run, cut down
+    python -m benchmarks.gpu_check --quick       # a CPU: the parts a CPU can run, cut down
 
 Results: ``benchmarks/results/gpu_check_<device>.json`` (``--out`` to change).
 """
@@ -44,9 +44,6 @@ import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
 import torch  # noqa: E402
 
 #: Qwen/Qwen2.5-1.5B-Instruct's config.json (the architecture; weights are random here).
@@ -145,7 +142,7 @@ def qwen_model(layers: int, device: str, dtype: torch.dtype, vocab: int | None =
 def paper_rows(n: int, vocab: int, row: dict = PAPER_ROW, seed: int = 1):
     """``n`` random transitions of the paper's shape, as training samples (advantages ±1, one
     rollout group per pair of rows so the world-model weights are those of two groups)."""
-    from training.batch import Sample
+    from training.rl.batch import Sample
 
     g = torch.Generator().manual_seed(seed)
     length = row["prompt"] + row["action"] + row["obs"]
@@ -158,9 +155,9 @@ def objective_loss(model, samples, rows, chunk: int = 512, full_logits: bool = F
                    scale: float = 1.0):
     """GRPO + PaW (CMAE) loss of ``samples[rows]`` with every row's world-model term on, the
     weights taken over all ``samples`` (so the rows of several processes add up); backward."""
-    from training.batch import collate
-    from training.losses import ppo_clip_token_loss, wm_token_loss
-    from training.objective import ObjectiveSettings, micro_batch_loss, objective_weights
+    from training.rl.batch import collate
+    from training.rl.losses import ppo_clip_token_loss, wm_token_loss
+    from training.rl.objective import ObjectiveSettings, micro_batch_loss, objective_weights
 
     settings = ObjectiveSettings(paw=True)
     w_rl, w_wm = objective_weights(samples, torch.ones(len(samples), dtype=torch.bool),
@@ -265,8 +262,8 @@ def fsdp_worker(out: Path, quick: bool) -> None:
     """One torchrun rank: the exactness check, then (GPU) the bf16 1.5B step."""
     import torch.distributed as dist
 
-    from training.distributed import shard_module
-    from training.objective import PolicyScorer
+    from training.infra.distributed import shard_module
+    from training.rl.objective import PolicyScorer
 
     cuda = torch.cuda.is_available() and not quick
     dist.init_process_group("nccl" if cuda else "gloo")

@@ -6,27 +6,23 @@ observation a results page) from held-out (``test`` split) expert episodes, seri
 training (chat(h) ⊕ a ⊕ <end of turn> ⊕ o_next); per next-observation token the target
 probability p_i, teacher-forced; per loss the target-logit gradient magnitude (CE 1 − p,
 MAE p(1 − p), CMAE 1[p ≤ ρ] p(1 − p), ρ = 0.2) summed over noisy tokens and normalised by the
-sum over all scored tokens (``training.diagnostics``). The paper scores Qwen2.5-1.5B-Instruct;
+sum over all scored tokens (``training.rl.diagnostics``). The paper scores Qwen2.5-1.5B-Instruct;
 here the nano tiny model, twice: untrained (random weights, tokenizer trained on the env's
 text) and after next-token pretraining on 300 train-split expert episodes (``training.pretrain``)
 — the model that has learnt the page layout is the one whose gradient allocation matters.
 Runs on the embedded catalog and, when ``../shared/data/webshop`` exists, on WebShop's real
 1,000-product catalog (whose brands are often written in capitals).
 
-    python benchmarks/noise_gradient.py          # ~40 CPU minutes (two pretrainings)
+    python -m benchmarks.noise_gradient          # ~40 CPU minutes (two pretrainings)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks import common as C  # noqa: E402
+from benchmarks import common as C
 
 REAL_WEBSHOP = C.REPO.parent / "shared" / "data" / "webshop"
 
@@ -51,8 +47,8 @@ def shares(model_dir: Path, replay: Path, rho: float) -> dict:
     import torch
 
     from agents.hf_policy import HFPolicy
-    from training.diagnostics import gradient_shares, noisy_token_mask
     from training.pretrain import transcript_parts
+    from training.rl.diagnostics import gradient_shares, noisy_token_mask
 
     policy = HFPolicy(str(model_dir), device="cpu")
     probabilities, noisy = [], []

@@ -15,8 +15,8 @@ Peak memory is the largest resident-set growth during the update over the RSS at
 (the kernel's high-water mark, reset at the update's start; glibc is told to return freed
 blocks, so A and B start equal), plus the process high-water mark. Medians over the repeats.
 
-    python benchmarks/overhead.py            # ~6 min on 2 busy CPU cores
-    python benchmarks/overhead.py --quick    # ~2 min
+    python -m benchmarks.overhead            # ~6 min on 2 busy CPU cores
+    python -m benchmarks.overhead --quick    # ~2 min
 """
 
 from __future__ import annotations
@@ -27,9 +27,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # Fixed mmap/trim thresholds: freed tensors go back to the OS, so the RSS peak of one update
 # does not depend on what the previous update left in the heap. Must be set before start-up.
@@ -141,8 +138,8 @@ class PhaseTimer:
     def __init__(self, trainer):
         self.optimize = Span()
         if not PhaseTimer._patched:
+            from training.rl.objective import HeadTargetLogprobs
             import training.trainer as trainer_module
-            from training.objective import HeadTargetLogprobs
 
             trainer_module.micro_batch_loss = timed(trainer_module.micro_batch_loss,
                                                     lambda: PhaseTimer.forward)
@@ -167,8 +164,8 @@ def token_accounting(trainer, trajectories, obs_limits=(32, 64, 128, 256, 512)) 
     scored positions; this is where PaW's extra compute comes from."""
     from dataclasses import replace
 
-    from training.batch import token_budget_batches
-    from training.rollout_batch import build_batch
+    from training.rl.batch import token_budget_batches
+    from training.rl.rollout_batch import build_batch
 
     def count(config) -> dict:
         batch = build_batch(trajectories, trainer.serializer, config)
@@ -352,7 +349,8 @@ def main(argv=None) -> dict:
         return {}
     if any(os.environ.get(k) != v for k, v in _MALLOC_ENV.items()):
         # Re-run with the allocator settings in place (they only act at process start).
-        os.execve(sys.executable, [sys.executable, __file__, *(argv or sys.argv[1:])],
+        os.execve(sys.executable, [sys.executable, "-m", "benchmarks.overhead",
+                                   *(argv or sys.argv[1:])],
                   {**os.environ, **_MALLOC_ENV})
     result = measure(args)
     C.write_json(Path(args.out), result)

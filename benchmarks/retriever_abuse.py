@@ -19,8 +19,8 @@ read from ``/proc/PID`` every 0.25 s (peak and last value). After the flood, the
 fresh connection gets a 200 again. ``--server-source`` runs another ``server.py`` (e.g. the
 previous one, ``git show HEAD:paw_gym/searchqa/server.py > /tmp/old_server.py``) for an A/B.
 
-    python benchmarks/retriever_abuse.py            # ~80 s; writes results/retriever_abuse.json
-    python benchmarks/retriever_abuse.py --server-source /tmp/old_server.py --out /tmp/old.json
+    python -m benchmarks.retriever_abuse            # ~80 s; writes results/retriever_abuse.json
+    python -m benchmarks.retriever_abuse --server-source /tmp/old_server.py --out /tmp/old.json
 """
 
 from __future__ import annotations

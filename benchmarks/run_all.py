@@ -1,7 +1,7 @@
 """Run the three benchmarks (overhead, throughput, learning study) and print one summary table.
 
-    python benchmarks/run_all.py --quick   # reduced versions, <= 20 min on 2 CPU cores
-    python benchmarks/run_all.py           # full versions (the study takes ~1.5 h; resumable)
+    python -m benchmarks.run_all --quick   # reduced versions, <= 20 min on 2 CPU cores
+    python -m benchmarks.run_all           # full versions (the study takes ~1.5 h; resumable)
 
 Each script runs in its own process (the overhead script sets allocator variables at start-up)
 and writes its JSON to ``benchmarks/results/`` (``*_quick`` names with ``--quick``).
@@ -16,17 +16,12 @@ import sys
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks import common as C  # noqa: E402
-
-HERE = Path(__file__).resolve().parent
+from benchmarks import common as C
 
 
 def run(script: str, *args: str) -> float:
     start = time.time()
-    command = [sys.executable, str(HERE / script), *args]
+    command = [sys.executable, "-m", f"benchmarks.{Path(script).stem}", *args]
     print(f"\n$ {' '.join(command[1:])}", flush=True)
     done = subprocess.run(command, cwd=C.REPO)
     if done.returncode:

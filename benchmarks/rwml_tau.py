@@ -1,4 +1,4 @@
-"""τ calibration of RWML's embedding reward (training/world_model.py) with all-MiniLM-L6-v2.
+"""τ calibration of RWML's embedding reward (training/world_model/rewards.py) with all-MiniLM-L6-v2.
 
 The reward is 1[cos(E(ŝ), E(s)) ≥ τ]. A good τ accepts right predictions and rejects wrong
 ones. On real replays (recorded here with ``paw-gym play --agent expert|random --replay``):
@@ -14,8 +14,8 @@ paper's, with Qwen3-Embedding-8B), 0.9, 0.95 and 0.99 would reward, and the τ t
 the two best (highest balanced accuracy; ties: the lowest such τ, the most lenient to
 paraphrases). Writes ``benchmarks/results/rwml_tau.json``.
 
-    python benchmarks/rwml_tau.py                 # ~3 minutes on 2 CPU cores
-    python benchmarks/rwml_tau.py --episodes 10   # quicker
+    python -m benchmarks.rwml_tau                 # ~3 minutes on 2 CPU cores
+    python -m benchmarks.rwml_tau --episodes 10   # quicker
 """
 
 from __future__ import annotations
@@ -32,8 +32,6 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
 from training.world_model import EmbeddingReward  # noqa: E402
 from wrappers import WMReplay  # noqa: E402
 

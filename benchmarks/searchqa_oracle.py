@@ -6,8 +6,8 @@ rate measures whether the knowledge base + retriever make every question answera
 already contains a gold answer (high for 1-hop, low for 2-hop: the second hop needs its own
 search).
 
-    python benchmarks/searchqa_oracle.py                       # BM25 and dense (MiniLM, flat)
-    python benchmarks/searchqa_oracle.py --retrievers bm25 --split all
+    python -m benchmarks.searchqa_oracle                       # BM25 and dense (MiniLM, flat)
+    python -m benchmarks.searchqa_oracle --retrievers bm25 --split all
 """
 
 from __future__ import annotations

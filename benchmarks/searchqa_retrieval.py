@@ -16,8 +16,8 @@ number and dimension of vectors and (for HNSW) on how they spread, not on what t
 ``--embed-limit 0`` to embed every passage. Goals (issue 5): dense top-3 for a batch of 64 in
 < 50 ms plus embedding time (HNSW < 5 ms); BM25 < 1 ms p50 at 100k passages.
 
-    python benchmarks/searchqa_retrieval.py                  # 10k and 100k, ~3-5 min on 2 cores
-    python benchmarks/searchqa_retrieval.py --sizes 10000 --skip-dense
+    python -m benchmarks.searchqa_retrieval                  # 10k and 100k, ~3-5 min on 2 cores
+    python -m benchmarks.searchqa_retrieval --sizes 10000 --skip-dense
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ and the server's memory per session.
 * **memory**: the server process's resident memory (VmRSS) with 0, 1, 10 and 50 open sessions,
   each reset once; per session = (RSS at 50 - RSS at 1) / 49.
 
-    python benchmarks/serve_env.py            # ~3 min on 2 busy cores
+    python -m benchmarks.serve_env            # ~3 min on 2 busy cores
 """
 
 from __future__ import annotations
@@ -27,10 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks import common as C  # noqa: E402
+from benchmarks import common as C
 
 ENVS = ["PaW/Shelf-v0", "PaW/WebShop-v0"]
 #: WebShop's search page admits any search[...]: one fixed query there.

@@ -11,10 +11,10 @@ Variants (the paper's Tables 1 and 4): ``grpo``, ``grpo_paw``, ``gigpo``, ``gigp
 Starts: ``sft`` (the regular warm start) and ``weak`` (the sparse-reward case of §4.4: a
 warm start from very few demos, where GRPO sees almost no positive reward).
 
-    python benchmarks/study_learning.py --phase main            # GRPO vs GRPO+PaW, 3 seeds
-    python benchmarks/study_learning.py --phase all --workers 2 # everything, in priority order
-    python benchmarks/study_learning.py --quick                 # a 2-step smoke version
-    python benchmarks/study_report.py                           # tables + plots from results
+    python -m benchmarks.study_learning --phase main            # GRPO vs GRPO+PaW, 3 seeds
+    python -m benchmarks.study_learning --phase all --workers 2 # everything, in priority order
+    python -m benchmarks.study_learning --quick                 # a 2-step smoke version
+    python -m benchmarks.study_report                           # tables + plots from results
 """
 
 from __future__ import annotations
@@ -26,10 +26,7 @@ import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks import common as C  # noqa: E402
+from benchmarks import common as C
 
 VARIANTS: dict[str, dict] = {
     "grpo": {"algo": "grpo", "paw": False},
@@ -104,7 +101,7 @@ def run_one(run: Run, quick: bool) -> str:
     """Train and evaluate one run unless its result exists; returns a one-line status."""
     import torch
 
-    from training.checkpoint import latest_checkpoint
+    from training.infra.checkpoint import latest_checkpoint
     from training.trainer import PaWTrainer
 
     C.set_threads(1)
@@ -123,7 +120,7 @@ def run_one(run: Run, quick: bool) -> str:
         trainer = PaWTrainer(config)
         resume = latest_checkpoint(out) is not None
         trainer.train(resume=resume)
-        from training.metrics_log import read_metrics
+        from training.infra.metrics_log import read_metrics
 
         history = read_metrics(out / "metrics.jsonl")
         episodes = 8 if quick else EVAL_EPISODES[run.env]

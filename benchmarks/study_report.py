@@ -1,8 +1,8 @@
 """Tables (success mean ± std over seeds, per task type) and training-dynamics plots from the
 study's result files.
 
-    python benchmarks/study_report.py            # reads benchmarks/results/study/
-    python benchmarks/study_report.py --quick    # reads benchmarks/results/study_quick/
+    python -m benchmarks.study_report            # reads benchmarks/results/study/
+    python -m benchmarks.study_report --quick    # reads benchmarks/results/study_quick/
 
 Writes ``study.md`` and ``study_<env>_<start>.png`` next to the results folder.
 """
@@ -14,11 +14,8 @@ import statistics
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks import common as C  # noqa: E402
-from benchmarks.study_learning import BUDGET, RL_LR, STARTS, VARIANTS, results_dir  # noqa: E402
+from benchmarks import common as C
+from benchmarks.study_learning import BUDGET, RL_LR, STARTS, VARIANTS, results_dir
 
 LABELS = {"init": "warm start (before RL)", "grpo": "GRPO", "grpo_paw": "GRPO + PaW",
           "gigpo": "GiGPO", "gigpo_paw": "GiGPO + PaW",
@@ -89,7 +86,7 @@ def plot(env: str, start: str, variants: dict[str, list[dict]], out: Path) -> No
     """Training dynamics per variant: the mean over seeds with a band of ± one sample standard
     deviation (the seeds' spread, as in the tables); vanilla variants stay out of the
     world-model panels."""
-    from training.plots import Run, Series, make_figure
+    from training.infra.plots import Run, Series, make_figure
 
     series = [Series(LABELS.get(variant, variant),
                      tuple(Run(f"seed {d['run'].get('seed', i)}", tuple(d["history"]),

@@ -209,7 +209,7 @@ def train_and_evaluate(start: Path, output_dir: Path, seed: int = 0, updates: in
     (at 3e-4 it gained only 12 points in one seed of the regression test).
     """
     from training.config import TrainConfig
-    from training.metrics_log import read_metrics
+    from training.infra.metrics_log import read_metrics
     from training.trainer import PaWTrainer
 
     algo = overrides.get("algo", "grpo")

@@ -9,8 +9,8 @@
 Times are CPU seconds of the main thread with one torch thread (robust on a shared machine);
 wall seconds are kept in the JSON.
 
-    python benchmarks/throughput.py           # ~8 min on 2 busy CPU cores
-    python benchmarks/throughput.py --quick   # ~3 min
+    python -m benchmarks.throughput           # ~8 min on 2 busy CPU cores
+    python -m benchmarks.throughput --quick   # ~3 min
 """
 
 from __future__ import annotations
@@ -18,14 +18,10 @@ from __future__ import annotations
 import argparse
 import math
 import random
-import sys
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks import common as C  # noqa: E402
+from benchmarks import common as C
 
 ENV_IDS = {"webshop": ("PaW/WebShop-v0", {"split": "dev"}),
            "alfworld": ("PaW/ALFWorld-v0", {"split": "train", "progress": False}),

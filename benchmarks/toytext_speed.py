@@ -6,7 +6,7 @@
   the ``info`` contract) against the same Gymnasium env stepped with action numbers, timed in
   alternating rounds on one thread; the ratio of their medians is the text layer's cost.
 
-    python benchmarks/toytext_speed.py            # ~1 min
+    python -m benchmarks.toytext_speed            # ~1 min
 """
 
 from __future__ import annotations
@@ -15,15 +15,11 @@ import argparse
 import json
 import random
 import statistics
-import sys
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks import common as C  # noqa: E402
-from benchmarks.throughput import env_speed  # noqa: E402
+from benchmarks import common as C
+from benchmarks.throughput import env_speed
 
 ENVS = ["PaW/FrozenLake-v0", "PaW/CliffWalking-v0", "PaW/Taxi-v0", "PaW/Sokoban-v0",
         "PaW/Blackjack-v0", "PaW/Shelf-v0"]

@@ -6,7 +6,7 @@ Both compute the same loss (checked) on the same rows; runs alternate A/B and th
 printed with their ratio. Peak memory is the growth of the process's peak RSS over one
 forward + backward, each variant in its own fresh process.
 
-    python benchmarks/training_objective.py --vocab 32000 --rows 8 --len 512
+    python -m benchmarks.training_objective --vocab 32000 --rows 8 --len 512
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def build(vocab: int, hidden: int, layers: int):
 
 
 def rows(n: int, length: int, vocab: int, obs: int, action: int):
-    from training.batch import Sample, collate
+    from training.rl.batch import Sample, collate
 
     g = torch.Generator().manual_seed(1)
     samples = []
@@ -45,7 +45,7 @@ CHUNK = 512
 
 
 def ours(model, samples, batch):
-    from training.objective import ObjectiveSettings, micro_batch_loss, objective_weights
+    from training.rl.objective import ObjectiveSettings, micro_batch_loss, objective_weights
 
     settings = ObjectiveSettings()
     sel = torch.ones(len(samples), dtype=torch.bool)
@@ -56,8 +56,8 @@ def ours(model, samples, batch):
 
 
 def naive(model, samples, batch):
-    from training.losses import ppo_clip_token_loss, wm_token_loss
-    from training.objective import ObjectiveSettings, objective_weights
+    from training.rl.losses import ppo_clip_token_loss, wm_token_loss
+    from training.rl.objective import ObjectiveSettings, objective_weights
 
     settings = ObjectiveSettings()
     sel = torch.ones(len(samples), dtype=torch.bool)

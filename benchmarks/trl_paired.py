@@ -1,5 +1,5 @@
 """Paired TRL run on PaW/Shelf-v0 (issue 30): TRL's ``GRPOTrainer`` on paw-gym episodes,
-without (``grpo``) and with (``paw``) PaW's world-model term (:mod:`paw_gym.integrations.trl`).
+without (``grpo``) and with (``paw``) PaW's world-model term (:mod:`training.integrations.trl`).
 
 Both variants of a seed start from the same *transcript* reading start (the study's nano model,
 pretrained on 1000 noisy-expert episodes, ε = 0.5, each as one chat transcript: the form TRL
@@ -10,8 +10,8 @@ native study's Shelf setting. Held-out success: every one of the 48 ``test`` tas
 temperature 0.4, played by a :class:`agents.TranscriptAgent` (the context the model trained
 in), before and after. Results go to ``benchmarks/results/trl_shelf/<variant>__s<seed>.json``.
 
-    python benchmarks/trl_paired.py --seeds 3          # resumable: finished runs are skipped
-    python benchmarks/trl_paired.py --report
+    python -m benchmarks.trl_paired --seeds 3          # resumable: finished runs are skipped
+    python -m benchmarks.trl_paired --report
 """
 
 from __future__ import annotations
@@ -23,10 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.study_small import (RESULTS, SHELF, STARTS, VAL_TEMPERATURE,  # noqa: E402
+from benchmarks.study_small import (RESULTS, SHELF, STARTS, VAL_TEMPERATURE,
                                     build_start, mean_ci)
 
 RESULTS_DIR = RESULTS / "trl_shelf"
@@ -53,7 +50,7 @@ def run(variant: str, seed: int, work: Path) -> Path:
     import numpy as np
     import torch
 
-    from paw_gym.integrations.trl import EnvRollout, PaWGRPOConfig, PaWGRPOTrainer, task_dataset
+    from training.integrations.trl import EnvRollout, PaWGRPOConfig, PaWGRPOTrainer, task_dataset
 
     path = RESULTS_DIR / f"{variant}__s{seed}.json"
     if path.is_file():

@@ -7,9 +7,9 @@ reset < 1 ms, catalog load at 100k < 10 s with the on-disk index cache.
 
 Usage::
 
-    python benchmarks/webshop_speed.py                 # 1k (real if present) + 100k embedded
-    python benchmarks/webshop_speed.py --sizes 1000 --repeats 3
-    python benchmarks/webshop_speed.py --bm25s         # also time bm25s.retrieve (A/B)
+    python -m benchmarks.webshop_speed                 # 1k (real if present) + 100k embedded
+    python -m benchmarks.webshop_speed --sizes 1000 --repeats 3
+    python -m benchmarks.webshop_speed --bm25s         # also time bm25s.retrieve (A/B)
 
 Queries are the product phrases of the test goals' instructions (what an agent types).
 Timings alternate the measured operations and report medians over all calls: wall-clock

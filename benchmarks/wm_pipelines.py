@@ -34,22 +34,18 @@ RL budgets are equal (20 updates); the world-model stages add their own CPU time
 per variant (``cpu_s``). Paired design: a seed fixes demos, base, RL tasks and sampling, so the
 report gives per-seed differences against ``rl`` (mean ± 95 % CI, Student t).
 
-    python benchmarks/wm_pipelines.py --seeds 3 --workers 2      # resumable, one file per seed
-    python benchmarks/wm_pipelines.py --seeds 1 --variants rwml_paw   # one pipeline
-    python benchmarks/wm_pipelines.py --report
+    python -m benchmarks.wm_pipelines --seeds 3 --workers 2      # resumable, one file per seed
+    python -m benchmarks.wm_pipelines --seeds 1 --variants rwml_paw   # one pipeline
+    python -m benchmarks.wm_pipelines --report
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
-
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 ENV = "PaW/Shelf-v0"
 RESULTS = Path(__file__).resolve().parent / "results" / "wm_pipelines"

@@ -10,20 +10,16 @@ WordPiece tokenizer of the offline all-MiniLM-L6-v2 (a pretrained English tokeni
 the ``[search]`` extra) as a stand-in; Qwen2.5's larger BPE vocabulary usually needs somewhat
 fewer tokens for English text, so the shares are upper bounds for it.
 
-    python benchmarks/wm_target_lengths.py                # ~2 min
+    python -m benchmarks.wm_target_lengths                # ~2 min
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks import common as C  # noqa: E402
+from benchmarks import common as C
 
 #: (label, env id, step limit, env kwargs)
 ENVS = [("PaW/WebShop-v0", "PaW/WebShop-v0", 15, {}),

@@ -11,3 +11,8 @@ def cache_home() -> Path:
     """The cache root, read from the environment at each call."""
     base = os.environ.get("PAW_GYM_CACHE")
     return Path(base) if base else Path.home() / ".cache" / "paw-gym"
+
+
+def alfworld_cache() -> Path:
+    """ALFWorld's part of the cache: generated game sets and translated tasks."""
+    return cache_home() / "alfworld"

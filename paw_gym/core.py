@@ -2,7 +2,7 @@
 
 A PaW environment is a plain Gymnasium ``Env`` whose observations and actions are ``str``.
 :class:`TextEnv` fixes the parts every such env shares: the spaces, seeding, and the ``info``
-contract of DESIGN.md (``admissible_actions``, ``won``, ``task_id``, ``task_type``,
+contract of docs/design.md (``admissible_actions``, ``won``, ``task_id``, ``task_type``,
 ``invalid_action``). Subclasses implement two methods::
 
     class Echo(TextEnv):
@@ -43,7 +43,7 @@ MAX_ACTION_LENGTH = 100_000
 #: Characters ``TextSpace.sample()`` draws from (the space itself *contains* any character).
 SAMPLE_CHARSET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 []<>/.,'-_"
 
-#: Keys every ``info`` dict of a PaW env carries (DESIGN.md, "Contracts").
+#: Keys every ``info`` dict of a PaW env carries (docs/design.md, "Contracts between the layers").
 INFO_KEYS = ("admissible_actions", "won", "task_id", "task_type", "invalid_action")
 
 

@@ -6,7 +6,7 @@
 #          (metrics wm_noise_share_ce / _mae / _cmae in metrics.jsonl).
 source "$(dirname "$0")/_common.sh"
 if [[ "$SCALE" == tiny ]]; then
-    python benchmarks/noise_gradient.py
+    python -m benchmarks.noise_gradient
 else
     paw-gym train --config configs/paper/webshop_qwen2.5-1.5b_grpo_paw.yaml \
         --noise_gradient_metric true --output_dir runs/paper/webshop-noise-gradient

@@ -6,7 +6,7 @@
 #          run's metrics.jsonl and curves.png).
 source "$(dirname "$0")/_common.sh"
 if [[ "$SCALE" == tiny ]]; then
-    python benchmarks/study_small.py --env shelf --starts sparse --seeds 10 --workers 2 \
+    python -m benchmarks.study_small --env shelf --starts sparse --seeds 10 --workers 2 \
         --variants grpo grpo_paw
 else
     paper_pair configs/paper/webshop_llama3.2-3b_grpo_paw.yaml

@@ -5,7 +5,7 @@
 #          GPU; prints the median step time and peak memory of each from metrics.jsonl.
 source "$(dirname "$0")/_common.sh"
 if [[ "$SCALE" == tiny ]]; then
-    python benchmarks/overhead.py
+    python -m benchmarks.overhead
 else
     config=configs/paper/alfworld_qwen2.5-1.5b_grpo_paw.yaml
     for paw in true false; do

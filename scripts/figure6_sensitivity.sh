@@ -4,7 +4,7 @@
 #   paper: Qwen2.5-1.5B GRPO + PaW on WebShop over the same grid.
 source "$(dirname "$0")/_common.sh"
 if [[ "$SCALE" == tiny ]]; then
-    python benchmarks/study_small.py --env shelf --starts normal --seeds 10 --workers 2 \
+    python -m benchmarks.study_small --env shelf --starts normal --seeds 10 --workers 2 \
         --variants grpo_paw paw_rho_0.1 paw_rho_0.5 paw_alpha_0.25 paw_alpha_0.5 paw_alpha_1.0
 else
     config=configs/paper/webshop_qwen2.5-1.5b_grpo_paw.yaml

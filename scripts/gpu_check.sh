@@ -32,5 +32,5 @@ fi
 nvidia-smi 2>/dev/null | head -15
 status=0
 "$PYTHON" -m pytest -m gpu -p no:cacheprovider -q -rs tests/test_gpu.py || status=$?
-"$PYTHON" benchmarks/gpu_check.py "${args[@]}" || status=$?
+"$PYTHON" -m benchmarks.gpu_check "${args[@]}" || status=$?
 exit $status

@@ -6,7 +6,7 @@
 source "$(dirname "$0")/_common.sh"
 if [[ "$SCALE" == tiny ]]; then
     for env in shelf frozenlake sokoban; do
-        python benchmarks/study_small.py --env "$env" --starts normal --seeds 10 --workers 2 \
+        python -m benchmarks.study_small --env "$env" --starts normal --seeds 10 --workers 2 \
             --variants grpo grpo_paw gigpo gigpo_paw
     done
 else

@@ -5,7 +5,7 @@
 #          Llama3.2-3B-Instruct and Qwen2.5-14B-Instruct GRPO configs.
 source "$(dirname "$0")/_common.sh"
 if [[ "$SCALE" == tiny ]]; then
-    python benchmarks/study_small.py --env shelf --starts normal --seeds 10 --workers 2 \
+    python -m benchmarks.study_small --env shelf --starts normal --seeds 10 --workers 2 \
         --variants rloo rloo_paw ppo ppo_paw
 else
     for config in configs/paper/webshop_qwen2.5-1.5b_{ppo,rloo}_paw.yaml \

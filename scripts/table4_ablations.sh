@@ -5,7 +5,7 @@
 source "$(dirname "$0")/_common.sh"
 if [[ "$SCALE" == tiny ]]; then
     for env in shelf frozenlake; do
-        python benchmarks/study_small.py --env "$env" --starts normal --seeds 10 --workers 2 \
+        python -m benchmarks.study_small --env "$env" --starts normal --seeds 10 --workers 2 \
             --variants grpo grpo_paw paw_fixed_lambda paw_ce
     done
 else

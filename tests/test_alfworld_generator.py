@@ -47,6 +47,7 @@ def test_every_task_type_written_in_alfworld_layout():
     assert sorted(types) == sorted(TASK_TYPES)
 
 
+@pytest.mark.heavy
 def test_walkthroughs_win_in_upstream_textworld_engine():
     """Replay in textworld's own PddlEnv + alfworld's demangler (the path AlfredTWEnv uses)."""
     import textworld

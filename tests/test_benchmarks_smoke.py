@@ -1,5 +1,5 @@
 """Fast checks of the benchmark scripts' own logic (the measurements themselves are in
-``benchmarks/``, run by ``python benchmarks/run_all.py --quick``)."""
+``benchmarks/``, run by ``python -m benchmarks.run_all --quick``)."""
 
 import math
 import mmap

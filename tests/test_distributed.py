@@ -1,4 +1,4 @@
-"""Multi-process training (training.distributed): real torchrun / accelerate launches of 2 gloo
+"""Multi-process training (training.infra.distributed): real torchrun / accelerate launches of 2 gloo
 processes on CPU, compared with 1 process."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from benchmarks.distributed import exactness
-from training.distributed import SingleProcess, balance_rows, group_shard, setup
+from training.infra.distributed import SingleProcess, balance_rows, group_shard, setup
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -52,6 +52,7 @@ def test_a_plain_process_is_a_world_of_one(monkeypatch):
     assert world.gather([1, 2]) == [1, 2] and world.reduce({"a": 2.0}) == {"a": 2.0}
 
 
+@pytest.mark.heavy
 def test_sharded_ranks_pad_to_the_same_number_of_passes(tmp_path):
     """Under FSDP each forward is a collective, so a rank with fewer micro-batches runs extra
     (zero-weight) passes: in a real 2-process launch rank 0 needs 1 pass and rank 1 needs 3,
@@ -61,7 +62,7 @@ def test_sharded_ranks_pad_to_the_same_number_of_passes(tmp_path):
     script.write_text(textwrap.dedent("""
         import json, sys
         from pathlib import Path
-        from training.distributed import setup, shutdown
+        from training.infra.distributed import setup, shutdown
         world = setup("cpu", sharding=sys.argv[1])
         items = [f"r{world.rank}-{k}" for k in range(1 + 2 * world.rank)]
         Path(f"{sys.argv[1]}-rank{world.rank}.json").write_text(
@@ -88,6 +89,7 @@ def test_a_launch_refuses_one_gpu_for_every_process(monkeypatch):
         setup("cuda:0")
 
 
+@pytest.mark.heavy
 def test_a_launch_with_fewer_groups_than_processes_says_so_before_loading(tiny_model_dir,
                                                                          tmp_path):
     """A real 2-process torchrun of `training.cli train` with one rollout group: one clear line
@@ -102,6 +104,7 @@ def test_a_launch_with_fewer_groups_than_processes_says_so_before_loading(tiny_m
     assert not (tmp_path / "run" / "config.yaml").exists()
 
 
+@pytest.mark.heavy
 def test_two_processes_match_one_process_on_the_same_rollouts(tiny_model_dir, one_torch_thread):
     """Two updates of fixed, on-policy rollouts in 2 gloo processes (torchrun) and in 1: in
     float64 every gradient and parameter agrees to float summation order (~1e-12), for the
@@ -139,8 +142,8 @@ def _free_port() -> int:
 #: checkpoint (after writing the first tensor of its shards; no state.json yet).
 KILLED_RUN = textwrap.dedent("""
     import os, signal, sys
-    from training import collect
     from training.cli import main
+    from training.rl import collect
 
     def kill_rank_1():
         if os.environ["RANK"] == "1":
@@ -158,7 +161,7 @@ KILLED_RUN = textwrap.dedent("""
         collect.EnvCollector.__call__ = call
     else:
         from torch.distributed.checkpoint import filesystem
-        from training.distributed import ShardedProcess
+        from training.infra.distributed import ShardedProcess
 
         save, write, folder = ShardedProcess.save_sharded, filesystem._write_item, [""]
 
@@ -188,6 +191,7 @@ def _launch(command: list[str], cwd: Path, **env: str) -> subprocess.CompletedPr
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("sharding", [
     dict(lora=True, lr=1e-3, kill_at="rollout"),
     dict(sharding="fsdp", lora=False, lr=1e-4, val_every=3, val_limit=3, algo="ppo",
@@ -236,7 +240,7 @@ def test_a_killed_two_process_run_resumes_to_the_same_metrics(tiny_model_dir, tm
 
     from safetensors.torch import load_file
 
-    from training.checkpoint import latest_checkpoint
+    from training.infra.checkpoint import latest_checkpoint
     from wrappers.replay import WMReplay
 
     metrics = [[json.loads(line) for line in (tmp_path / run / "metrics.jsonl")
@@ -300,6 +304,7 @@ LOGGED_VALIDATION = textwrap.dedent("""
 """)
 
 
+@pytest.mark.heavy
 def test_validation_is_shared_by_the_ranks_and_scores_as_one_process(tiny_model_dir, tmp_path):
     """Greedy validation (float64) of 5 held-out tasks: 2 processes play 3 + 2 of them, the
     same tasks in the same order as 1 process playing all 5, and log the same val_* metrics."""
@@ -332,6 +337,7 @@ def test_validation_is_shared_by_the_ranks_and_scores_as_one_process(tiny_model_
     assert validation[2] == pytest.approx(validation[1], rel=1e-9)
 
 
+@pytest.mark.heavy
 def test_fsdp2_shards_give_one_process_gradients_in_float64():
     """FSDP2 (``fully_shard`` per decoder layer and on the scorer) in 2 gloo processes, each
     scoring its half of the rows: the gathered gradients of the training objective (GRPO + PaW)
@@ -349,6 +355,7 @@ def test_fsdp2_shards_give_one_process_gradients_in_float64():
             check["loss_one_process"]), check
 
 
+@pytest.mark.heavy
 def test_fsdp_mixed_precision_trains_in_bfloat16_over_float32_weights(tiny_model_dir, tmp_path):
     """``sharding: fsdp`` with ``mixed_precision: bf16`` in 2 processes: the updates run (with
     a KL reference), the rollout's log-probs and the training pass agree to bfloat16's
@@ -374,6 +381,7 @@ def test_fsdp_mixed_precision_trains_in_bfloat16_over_float32_weights(tiny_model
     assert {str(t.dtype) for t in load_file(str(weights)).values()} == {"torch.float32"}
 
 
+@pytest.mark.heavy
 def test_fsdp_in_one_process_without_a_launcher_is_the_sharded_path(tiny_model_dir, tmp_path):
     """``sharding: fsdp`` in a plain process is a world of one, not a silent fallback: its
     mixed precision computes in bfloat16 (the rollout and training log-probs differ by its

@@ -149,8 +149,8 @@ def test_spawned_workers_build_envs_from_the_picklable_factory():
 
 
 def test_the_env_collector_reads_num_env_workers_from_the_config(monkeypatch):
-    from training.collect import EnvCollector
     from training.config import TrainConfig
+    from training.rl.collect import EnvCollector
 
     started = []
 

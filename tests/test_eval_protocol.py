@@ -36,6 +36,7 @@ def test_every_task_of_the_held_out_split_resets_to_its_own_task(env_id):
     assert len(seen) == len(range(0, len(tasks), max(1, len(tasks) // 25)))  # distinct tasks
 
 
+@pytest.mark.heavy
 def test_alfworld_lists_every_game_of_its_split():
     pytest.importorskip("alfworld")
     assert held_out_split("PaW/ALFWorld-v0") == "eval_out_of_distribution"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from training.outputs import MARKER, OutputExists, claim_file, claim_folder
+from training.infra.outputs import MARKER, OutputExists, claim_file, claim_folder
 
 
 def test_a_new_or_empty_folder_is_claimed(tmp_path):

@@ -9,8 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from training.cli import UserError, arguments_from, build_parser, main, parse_env_kwargs
-from training.config import TrainConfig, _optional_base, format_value
+from training.cli import build_parser, main
+from training.commands.common import UserError, parse_env_kwargs
+from training.commands.flags import arguments_from
+from training.config import TrainConfig
+from training.infra.checked_config import optional_base
+from training.infra.config_values import format_value
 
 GUESS_ID = "Test/GuessNumber-v0"
 
@@ -32,7 +36,7 @@ def _changed(name: str, kind, default):
     special = {"device": "cuda:1", "rollout_backend": "vllm", "lora": True}
     if name in special:
         return special[name]
-    optional, base = _optional_base(kind)
+    optional, base = optional_base(kind)
     origin = typing.get_origin(base) or base
     if optional and default is not None:
         return None

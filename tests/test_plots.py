@@ -1,4 +1,4 @@
-"""Training curves (training.plots, `paw-gym plot`): readable panels, validation, seed bands."""
+"""Training curves (training.infra.plots, `paw-gym plot`): readable panels, validation, seed bands."""
 
 import argparse
 import json
@@ -10,10 +10,10 @@ import yaml
 
 pytest.importorskip("matplotlib")
 
-from training.cli import UserError  # noqa: E402
 from training.commands import plot as plot_command  # noqa: E402
-from training.metrics_log import plot_curves  # noqa: E402
-from training.plots import Run, Series, ema, load_run, make_figure, plot_runs  # noqa: E402
+from training.commands.common import UserError  # noqa: E402
+from training.infra.plots import plot_curves  # noqa: E402
+from training.infra.plots import Run, Series, ema, load_run, make_figure, plot_runs  # noqa: E402
 
 STEPS = range(1, 6)
 

@@ -9,8 +9,8 @@ import pytest
 from paw_gym.searchqa.bm25 import BM25Retriever
 from paw_gym.searchqa.data import Document, save_corpus
 from paw_gym.searchqa.kb import KBConfig, build_kb
-from paw_gym.searchqa.retriever import (MANIFEST_NAME, format_passages, information_block,
-                                        load_retriever, make_retriever)
+from paw_gym.searchqa.retriever import MANIFEST_NAME, format_passages, information_block
+from paw_gym.searchqa.retriever_factory import load_retriever, make_retriever
 
 #: A small slice of the embedded corpus keeps the dense tests to seconds on 2 CPU cores.
 SMALL = 48

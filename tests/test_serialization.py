@@ -12,7 +12,7 @@ from agents.hf_policy import HFPolicy  # noqa: E402
 from agents.types import PolicyOutput, Trajectory, Transition  # noqa: E402
 from training.config import TrainConfig  # noqa: E402
 from training.pretrain import transcript_parts  # noqa: E402
-from training.rollout_batch import build_batch  # noqa: E402
+from training.rl.rollout_batch import build_batch  # noqa: E402
 from training.serialization import (TransitionSerializer, chat_separator_text,  # noqa: E402
                                     observation_separator)
 from training.world_model import WMExample, transition_rows  # noqa: E402

@@ -5,7 +5,8 @@ import dataclasses
 
 import pytest
 
-from training.config import TrainConfig, load_config, parse_value, save_config
+from training.config import TrainConfig, load_config, save_config
+from training.infra.config_values import parse_value
 
 
 def test_yaml_then_cli_overrides(tmp_path):

@@ -1,4 +1,4 @@
-"""training.diagnostics (Appendix A.4 noise-gradient shares) and its logged trainer metric."""
+"""training.rl.diagnostics (Appendix A.4 noise-gradient shares) and its logged trainer metric."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from training.diagnostics import gradient_shares, noisy_spans, noisy_token_mask
+from training.rl.diagnostics import gradient_shares, noisy_spans, noisy_token_mask
 
 
 def test_noisy_spans_follow_the_papers_webshop_rules():
@@ -43,7 +43,7 @@ def test_trainer_logs_the_diagnostic_and_it_matches_a_literal_forward_pass(tiny_
     import paw_gym
     from tests.envs import CatalogCodeEnv
     from training.config import TrainConfig
-    from training.rollout_batch import build_batch
+    from training.rl.rollout_batch import build_batch
     from training.trainer import PaWTrainer
 
     paw_gym.register_text_env("Test/CatalogCode-v0", CatalogCodeEnv, max_episode_steps=2,

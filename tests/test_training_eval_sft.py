@@ -111,6 +111,7 @@ def test_evaluate_passes_env_kwargs_even_when_named_like_its_own_parameters():
         evaluate(RandomAgent(), ENV, seeds, high=2, env_kwargs={"high": 1})
 
 
+@pytest.mark.heavy
 def test_sft_on_expert_demos_teaches_the_action_format(tiny_model_dir, tmp_path):
     replay = record_expert_demos(ENV, 24, tmp_path / "demos", seed=0)
     seeds = list(range(100, 112))
@@ -127,6 +128,7 @@ def test_sft_on_expert_demos_teaches_the_action_format(tiny_model_dir, tmp_path)
     assert after.row().invalid < 50.0
 
 
+@pytest.mark.heavy
 def test_train_command_and_eval_of_its_checkpoint(tiny_model_dir, tmp_path, capsys):
     config = tmp_path / "c.yaml"
     config.write_text(f"model: {tiny_model_dir}\nenv_id: {ENV}\nn_groups: 2\ngroup_size: 2\n"
@@ -157,8 +159,8 @@ def test_env_kwargs_named_like_rollout_arguments_reach_the_env():
     hand it to the env, not collide with the rollout's own argument."""
     pytest.importorskip("alfworld")
     from agents.baselines import ExpertAgent
-    from training.collect import EnvCollector
     from training.config import TrainConfig
+    from training.rl.collect import EnvCollector
 
     config = TrainConfig(env_id="PaW/ALFWorld-v0", env_kwargs={"progress": False}, template="alfworld")
     trajectories = EnvCollector(config)(ExpertAgent(), [0], 2, 1.0, 0)

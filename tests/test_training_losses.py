@@ -7,15 +7,15 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from training import advantages as adv  # noqa: E402
-from training.losses import (  # noqa: E402
-    adaptive_wm_coef,
-    clipped_token_fraction,
-    kl_k3,
-    ppo_clip_token_loss,
-    sampled_token_entropy,
-    select_by_entropy,
-    wm_token_loss,
-)
+from training.rl.losses import (  # noqa: E402
+                                adaptive_wm_coef,
+                                clipped_token_fraction,
+                                kl_k3,
+                                ppo_clip_token_loss,
+                                sampled_token_entropy,
+                                select_by_entropy,
+                                wm_token_loss,
+                                )
 
 
 def _logp(probs):
@@ -117,7 +117,7 @@ def test_transitions_without_a_target_are_not_selected_nor_counted():
 
 def test_empty_next_observations_are_out_of_the_wm_term_in_the_batch(tiny_model_dir):
     from training.config import TrainConfig
-    from training.rollout_batch import build_batch
+    from training.rl.rollout_batch import build_batch
 
     trajectories = _trajectories([[0.0, 10.0]])
     trajectories[1].transitions[0].next_observation = ""  # e.g. search QA after <answer>
@@ -129,7 +129,7 @@ def test_empty_next_observations_are_out_of_the_wm_term_in_the_batch(tiny_model_
 
 def test_max_obs_tokens_caps_the_wm_target_and_none_keeps_it_whole(tiny_model_dir):
     from training.config import TrainConfig
-    from training.rollout_batch import build_batch
+    from training.rl.rollout_batch import build_batch
 
     trajectories = _trajectories([[0.0, 10.0]])
     for trajectory in trajectories:
@@ -155,7 +155,7 @@ def test_sampled_token_entropy_is_the_papers_formula():
 
 def test_entropy_score_setting_decides_which_transitions_get_the_wm_loss(tiny_model_dir):
     from training.config import TrainConfig
-    from training.rollout_batch import build_batch
+    from training.rl.rollout_batch import build_batch
 
     trajectories = _trajectories([[0.0, 10.0]])
     # Row 0: flat full distribution (entropy 2.0) but a near-certain sampled token (q ≈ 0.99);
@@ -383,7 +383,7 @@ def _trajectories(returns_per_group):
 @pytest.mark.parametrize("algo", ["grpo", "gigpo"])
 def test_norm_adv_by_std_switches_to_mean_centring(algo):
     from training.config import TrainConfig
-    from training.rollout_batch import step_advantages
+    from training.rl.rollout_batch import step_advantages
 
     # A group without a win whose returns differ only by a -0.1 penalty, and a group with one.
     trajectories = _trajectories([[0.0, -0.1], [10.0, 0.0]])
@@ -412,7 +412,7 @@ def _penalised(task_rewards, penalties, group=0):
 
 def test_lambda_comes_from_the_task_return_without_format_penalties():
     from training.config import TrainConfig
-    from training.rollout_batch import group_lambdas
+    from training.rl.rollout_batch import group_lambdas
 
     # Group 0: no win, three invalid steps each (-0.3 total): Eq. 10 over the task return
     # gives exactly 1; over the total return 1.03. Group 1: one win (10) and one loss.
@@ -443,7 +443,7 @@ def test_gigpo_verl_agent_switches_hand_computed():
     """verl-agent's handling: each step's episode score is the task return plus its own
     penalty, its step return G_t plus its own penalty; statistics over steps or trajectories."""
     from training.config import TrainConfig
-    from training.rollout_batch import step_advantages
+    from training.rl.rollout_batch import step_advantages
 
     # Two trajectories of one task: A wins at step 2 after an invalid step; B fails in 1 step.
     trajectories = [_penalised([0, 10], [-0.1, 0]), _penalised([0], [0])]

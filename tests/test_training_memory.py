@@ -1,4 +1,4 @@
-"""training.memory: the per-process memory estimate printed (and checked) before loading."""
+"""training.infra.memory: the per-process memory estimate printed (and checked) before loading."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from training.config import TrainConfig, load_config
-from training.memory import GiB, check_fits, estimate, model_shape
+from training.infra.memory import GiB, check_fits, estimate, model_shape
 
 REPO = Path(__file__).resolve().parents[1]
 #: Qwen/Qwen2.5-7B-Instruct's config.json (the architecture only).

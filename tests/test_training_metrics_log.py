@@ -9,7 +9,7 @@ event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.ev
 wandb = pytest.importorskip("wandb")
 
 from training.config import TrainConfig  # noqa: E402
-from training.metrics_log import MetricsLogger, read_metrics  # noqa: E402
+from training.infra.metrics_log import MetricsLogger, read_metrics  # noqa: E402
 from training.trainer import PaWTrainer  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -23,6 +23,7 @@ def wandb_offline(monkeypatch, tmp_path):
     monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "wandb-cache"))
 
 
+@pytest.mark.heavy
 def test_trainer_metrics_reach_tensorboard_and_wandb(tiny_model_dir, tmp_path, wandb_offline):
     out = tmp_path / "run"
     config = TrainConfig(model=str(tiny_model_dir), env_id="Test/GuessNumber-v0", n_groups=2,

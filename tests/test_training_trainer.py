@@ -16,10 +16,10 @@ pytest.importorskip("peft")
 from safetensors.torch import load_file  # noqa: E402
 
 from agents.types import PolicyOutput, Trajectory, Transition  # noqa: E402
-from training.checkpoint import latest_checkpoint  # noqa: E402
-from training.collect import EnvCollector  # noqa: E402
 from training.config import TrainConfig  # noqa: E402
-from training.metrics_log import read_metrics  # noqa: E402
+from training.infra.checkpoint import latest_checkpoint  # noqa: E402
+from training.infra.metrics_log import read_metrics  # noqa: E402
+from training.rl.collect import EnvCollector  # noqa: E402
 from training.trainer import PaWTrainer  # noqa: E402
 from wrappers import WMReplay  # noqa: E402
 
@@ -140,8 +140,8 @@ RUN_SCRIPT = textwrap.dedent("""
     import torch
     sys.path[:0] = [{repo!r}, {tests!r}]
     import conftest  # registers Test/GuessNumber-v0
-    from training.collect import EnvCollector
     from training.config import TrainConfig
+    from training.rl.collect import EnvCollector
     from training.trainer import PaWTrainer
 
     torch.set_num_threads(1)
@@ -160,6 +160,7 @@ RUN_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.heavy
 def test_resume_after_kill_reproduces_the_uninterrupted_run(tiny_model_dir, tmp_path):
     fields = dict(model=str(tiny_model_dir), env_id="Test/GuessNumber-v0", n_groups=2,
                   group_size=2, max_new_tokens=10, max_episode_steps=2, total_steps=3, lr=1e-3,
@@ -233,6 +234,7 @@ def test_collector_groups_share_tasks(tiny_model_dir, tmp_path):
     assert all(len(t) <= 2 for t in trajectories)
 
 
+@pytest.mark.heavy
 def test_entropy_bonus_reaches_the_objective_and_changes_the_update(tiny_model_dir, tmp_path):
     runs = {}
     for coef in (0.0, 0.5):
@@ -279,6 +281,7 @@ def test_paper_configs_cap_rollout_prompts_as_appendix_a1(env, cap, monkeypatch)
     assert {load_config(f).max_obs_tokens for f in files} == {None}  # the paper caps no target
 
 
+@pytest.mark.heavy
 def test_a_new_run_refuses_a_folder_that_holds_a_run(tiny_model_dir, tmp_path):
     first = _config(tiny_model_dir, tmp_path, total_steps=2, save_every=1, keep_checkpoints=1)
     PaWTrainer(first).train()
@@ -313,8 +316,9 @@ def test_paw_gym_train_refuses_before_loading_anything(tiny_model_dir, tmp_path,
     assert (out / "metrics.jsonl").read_text() == '{"step": 7}\n'
 
 
+@pytest.mark.heavy
 def test_resume_falls_back_past_a_damaged_newest_checkpoint(tiny_model_dir, tmp_path):
-    from training.checkpoint import CheckpointError
+    from training.infra.checkpoint import CheckpointError
 
     config = _config(tiny_model_dir, tmp_path, total_steps=2, save_every=1, keep_checkpoints=2)
     PaWTrainer(config).train()
@@ -336,6 +340,7 @@ def test_resume_falls_back_past_a_damaged_newest_checkpoint(tiny_model_dir, tmp_
     assert saved["step"] == 3 and not list(latest_checkpoint(out).glob("*.tmp"))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("damage", ["optimizer", "state key"])
 def test_a_damaged_optimizer_or_state_file_falls_back_to_the_checkpoint_before(
         tiny_model_dir, tmp_path, damage):
@@ -359,8 +364,8 @@ def test_a_damaged_optimizer_or_state_file_falls_back_to_the_checkpoint_before(
 def test_resuming_with_another_model_or_lora_setting_is_one_clear_error(tiny_model_dir, tmp_path,
                                                                      capsys):
     from agents.tiny_model import build_tiny_model
-    from training.checkpoint import CheckpointMismatch
     from training.cli import main
+    from training.infra.checkpoint import CheckpointMismatch
 
     PaWTrainer(_config(tiny_model_dir, tmp_path, total_steps=1, save_every=1, lora=False)).train()
     other = build_tiny_model(["<action>guess 1</action> Go higher."] * 50, tmp_path / "micro",
@@ -422,6 +427,7 @@ LIMITED_TRAIN = textwrap.dedent("""
 """)
 
 
+@pytest.mark.heavy
 def test_a_checkpoint_that_cannot_be_written_is_one_error_and_the_last_one_stays(
         tiny_model_dir, tmp_path):
     """Step 1's checkpoint is written; then files are capped below the weights' size: step

@@ -14,10 +14,10 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from training.checkpoint import latest_checkpoint  # noqa: E402
 from training.commands.eval import EvalArguments, evaluate_command  # noqa: E402
 from training.config import TrainConfig  # noqa: E402
-from training.metrics_log import read_metrics  # noqa: E402
+from training.infra.checkpoint import latest_checkpoint  # noqa: E402
+from training.infra.metrics_log import read_metrics  # noqa: E402
 from training.trainer import PaWTrainer  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -90,7 +90,7 @@ def test_eval_of_a_checkpoint_uses_its_training_settings(tiny_model_dir, tmp_pat
     assert later and all("most recent 0 observations" in p and "Action 1:" not in p
                          for p in later)
     # flags win over the checkpoint's settings; the same tables again are refused
-    from training.cli import UserError
+    from training.commands.common import UserError
 
     with pytest.raises(UserError, match="already exists"):
         evaluate_command(arguments)
@@ -132,6 +132,7 @@ INTERRUPTED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.heavy
 def test_an_interrupted_run_names_its_checkpoint_and_the_resume_command(tiny_model_dir,
                                                                         tmp_path):
     config = dict(model=str(tiny_model_dir), env_id="PaW/Shelf-v0", n_groups=2, group_size=2,

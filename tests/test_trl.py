@@ -1,4 +1,4 @@
-"""TRL integration (paw_gym.integrations.trl) and the transcript agent it plays episodes with:
+"""TRL integration (training.integrations.trl) and the transcript agent it plays episodes with:
 real TRL GRPOTrainer, real env, the tiny model."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experi
 
 from agents import HFPolicy, TranscriptAgent, rollout  # noqa: E402
 from agents.transcript import TRANSCRIPT_TEMPLATE  # noqa: E402
-from paw_gym.integrations.trl import (EnvRollout, PaWGRPOConfig, PaWGRPOTrainer,  # noqa: E402
-                                      task_dataset, task_seed, transcript_wm_loss)
+from training.integrations.trl import (EnvRollout, PaWGRPOConfig, PaWGRPOTrainer,  # noqa: E402
+                                       task_dataset, task_seed, transcript_wm_loss)
 
 SHELF = dict(template=TRANSCRIPT_TEMPLATE, history_length=0, split="train")
 
@@ -88,13 +88,13 @@ def test_the_world_model_term_equals_the_native_trainers_on_the_same_transitions
         tiny_model_dir, tmp_path, one_torch_thread):
     """One generation batch (2 tasks × 2 episodes) through PaWGRPOTrainer's own path (TRL's
     forward pass, its rows split and shuffled): its L_WM equals the native trainer's
-    Σ w_wm · ℓ_WM over the same trajectories, serialised by training.rollout_batch (with each
+    Σ w_wm · ℓ_WM over the same trajectories, serialised by training.rl.rollout_batch (with each
     step's transcript as h_t), selected, weighted and scored by the native functions."""
     from training.config import TrainConfig
-    from training.objective import ObjectiveSettings, objective_weights
-    from training.rollout_batch import build_batch
+    from training.rl.losses import wm_token_loss
+    from training.rl.objective import ObjectiveSettings, objective_weights
+    from training.rl.rollout_batch import build_batch
     from training.serialization import TransitionSerializer
-    from training.losses import wm_token_loss
 
     trainer = _trainer(tiny_model_dir, tmp_path)
     trainer.model.train()
@@ -173,7 +173,7 @@ def test_a_prompt_without_its_task_seed_is_refused():
 def test_env_tools_play_a_task_through_its_tool(tmp_path):
     """EnvTools, as TRL's environment_factory drives it: reset with a task_dataset row, the
     expert's actions through the take_action tool, the env's return from get_reward."""
-    from paw_gym.integrations.trl import env_tools
+    from training.integrations.trl import env_tools
 
     make = env_tools("PaW/Shelf-v0", max_steps=6, env_kwargs={"split": "train"})
     row = task_dataset("PaW/Shelf-v0", [5], split="train")[0]
@@ -201,7 +201,7 @@ def test_trls_tool_route_trains_on_env_tools(tiny_model_dir, tmp_path, one_torch
     from trl import GRPOConfig, GRPOTrainer
     from trl.chat_template_utils import qwen2_5_chat_template
 
-    from paw_gym.integrations.trl import env_tools
+    from training.integrations.trl import env_tools
 
     model = tmp_path / "tiny-tools"
     shutil.copytree(tiny_model_dir, model)
@@ -222,3 +222,18 @@ def test_trls_tool_route_trains_on_env_tools(tiny_model_dir, tmp_path, one_torch
     assert logged["rewards/EnvTools/mean"] == pytest.approx(logged["reward"])
     played = [e.task_seed for e in trainer.environments]  # this batch's rows: 2 tasks × 2
     assert len(played) == 4 and set(played) <= {0, 1, 2, 3} and len(set(played)) == 2
+
+
+def test_the_former_import_path_warns_and_re_exports_the_integration():
+    """``paw_gym.integrations.trl`` (the one upward import the layers allow) still gives the
+    integration's names, with a DeprecationWarning naming the new path."""
+    import importlib
+    import sys
+
+    import training.integrations.trl as integration
+
+    sys.modules.pop("paw_gym.integrations.trl", None)
+    with pytest.warns(DeprecationWarning, match="training.integrations.trl"):
+        former = importlib.import_module("paw_gym.integrations.trl")
+    assert former.PaWGRPOTrainer is integration.PaWGRPOTrainer
+    assert all(getattr(former, name) is getattr(integration, name) for name in former.__all__)

@@ -1,4 +1,4 @@
-"""World models from a replay (training/world_model.py, paw-gym train-wm / eval-wm): rewards,
+"""World models from a replay (training/world_model/, paw-gym train-wm / eval-wm): rewards,
 GRPO advantages, the easy filter, the episode split, the three methods end to end on the tiny
 model, eval-wm and its recomputation from a predictions file, and the CLI's one-line refusals."""
 
@@ -76,7 +76,7 @@ def test_embedding_reward_is_one_exactly_from_tau(minilm):
 
 
 def test_a_binary_group_gets_the_grpo_advantages(minilm):
-    from training.advantages import grpo
+    from training.rl.advantages import grpo
 
     target, wrong = "Go higher.", "You bought the pink shirt. Task complete."
     rewards = minilm.batch([target, wrong, wrong, target], [target] * 4)
@@ -168,9 +168,10 @@ def sft_model(tiny_model_dir, guess_replay, tmp_path_factory, torch_one_thread):
     return out
 
 
+@pytest.mark.heavy
 def test_sft_output_loads_and_changed_the_weights(sft_model, tiny_model_dir):
     from training.evaluate import load_policy
-    from training.metrics_log import read_metrics
+    from training.infra.metrics_log import read_metrics
 
     before, after = weights(tiny_model_dir), weights(sft_model / "model")
     assert any(not (before[k] == after[k]).all() for k in before)
@@ -187,7 +188,7 @@ def test_sft_output_loads_and_changed_the_weights(sft_model, tiny_model_dir):
 def test_cmae_trains_on_the_target_tokens(tiny_model_dir, guess_replay, tmp_path,
                                           torch_one_thread):
     from training.evaluate import load_policy
-    from training.metrics_log import read_metrics
+    from training.infra.metrics_log import read_metrics
 
     out = tmp_path / "cmae"
     assert main(["train-wm", "--method", "cmae", "--model", str(tiny_model_dir), "--replay",
@@ -219,13 +220,14 @@ def test_cmae_trains_on_the_target_tokens(tiny_model_dir, guess_replay, tmp_path
     assert not (tmp_path / "eval" / "cmae.predictions.jsonl").exists()
 
 
+@pytest.mark.heavy
 def test_rwml_grpo_from_the_sft_model(sft_model, guess_replay, tmp_path):
     """RWML with LoRA (reference = adapters disabled), the exact-match reward and the easy
     filter: sampled groups with different rewards give the adapter a gradient."""
     from safetensors.torch import load_file
 
     from training.evaluate import load_policy
-    from training.metrics_log import read_metrics
+    from training.infra.metrics_log import read_metrics
 
     out = tmp_path / "rwml"
     assert main(["train-wm", "--method", "rwml", "--model", str(sft_model / "model"),
@@ -248,6 +250,7 @@ def test_rwml_grpo_from_the_sft_model(sft_model, guess_replay, tmp_path):
     assert type(policy.model).__name__ == "PeftModelForCausalLM"
 
 
+@pytest.mark.heavy
 def test_eval_wm_reproduces_its_table_from_the_predictions(sft_model, guess_replay, tmp_path,
                                                            torch_one_thread, minilm):
     out = tmp_path / "eval"
@@ -270,6 +273,7 @@ def test_eval_wm_reproduces_its_table_from_the_predictions(sft_model, guess_repl
     assert table["meta"]["split"] == "all" and table["meta"]["transitions"] == 8
 
 
+@pytest.mark.heavy
 def test_eval_wm_refuses_the_split_of_an_output_of_the_earlier_id_keyed_train_wm(
         sft_model, tmp_path, capsys):
     saved = json.loads((sft_model / "wm_config.json").read_text())

@@ -2,8 +2,9 @@
 
 A YAML file maps 1:1 onto the dataclass fields (unknown keys are an error); ``paw-gym train``
 adds one typed flag per field (``--paw false``, ``--algo gigpo`` ...; see ``training.cli``),
-which wins over the file. :func:`parse_value` reads a flag's text (or a string in the file) as
-the field's type, so the CLI and the YAML accept the same values.
+which wins over the file. :func:`training.infra.config_values.parse_value` reads a flag's text (or a
+string in the file) as the field's type, so the CLI and the YAML accept the same values; the
+checks every config shares are :mod:`training.infra.checked_config`.
 """
 
 from __future__ import annotations
@@ -11,72 +12,20 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
-import math
 import os
 import re
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from training.serialization import WMContext
+from agents.serialization import WMContext
+from training.infra.checked_config import CheckedConfig, bounded, field_types, optional_base
+from training.infra.checked_config import check_config  # noqa: F401  (training.pretrain imports it here)
+from training.infra.config_values import parse_value
 
 Algo = Literal["grpo", "gigpo", "rloo", "ppo"]
 ALGOS: tuple[str, ...] = typing.get_args(Algo)
-
-
-class CheckedConfig:
-    """Base of every config and command-arguments dataclass: made means checked
-    (:func:`check_config` runs in ``__post_init__``), so a bad value fails where it is given,
-    whether from a YAML file, the command line or Python."""
-
-    def __post_init__(self) -> None:
-        check_config(self)
-
-
-@dataclass(frozen=True)
-class Bounds:
-    """The values a numeric field accepts, declared with the field (:func:`bounded`) and
-    checked by :func:`check_config`; None admits itself in an optional field."""
-
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    """``low < value`` (not ``low <= value``)."""
-    high_open: bool = False
-    """``value < high`` (not ``value <= high``)."""
-    what: str | None = None
-    """The accepted value's name in the message (default: an integer / a number)."""
-    note: str = ""
-    """What a special value means (``0: never``), added to the message."""
-
-    def admits(self, value: float) -> bool:
-        above = self.low is None or (value > self.low if self.low_open else value >= self.low)
-        below = self.high is None or (value < self.high if self.high_open else value <= self.high)
-        return above and below
-
-    def describe(self, kind: str, optional: bool) -> str:
-        """``an integer >= 1``, ``a number in (0, 1]`` ... (``kind``: the type's name)."""
-        what = self.what or kind
-        low, high = (None if b is None else (f"{b:,}" if abs(b) >= 10**4 else f"{b:g}")
-                     for b in (self.low, self.high))
-        if low is not None and high is not None:
-            text = (f"{what} in {'(' if self.low_open else '['}{low}, {high}"
-                    f"{')' if self.high_open else ']'}")
-        elif low is not None:
-            text = f"{what} {'>' if self.low_open else '>='} {low}"
-        else:
-            text = f"{what} {'<' if self.high_open else '<='} {high}"
-        return text + (" or none" if optional else "") + (f" ({self.note})" if self.note else "")
-
-
-def bounded(default: Any, low: float | None = None, high: float | None = None, *,
-            low_open: bool = False, high_open: bool = False, what: str | None = None,
-            note: str = "") -> Any:
-    """A dataclass field with its accepted range (:class:`Bounds`) in its metadata."""
-    return field(default=default, metadata={"bounds": Bounds(low, high, low_open, high_open,
-                                                             what, note)})
 
 
 @dataclass
@@ -167,7 +116,7 @@ class TrainConfig(CheckedConfig):
     wm_loss: Literal["cmae", "mae", "ce"] = "cmae"
     """WM token loss: cmae, mae or ce."""
     wm_context: WMContext = "next_turn"
-    """Where o_{t+1} sits after the action (``training.serialization``): ``next_turn`` (the
+    """Where o_{t+1} sits after the action (``agents.serialization``): ``next_turn`` (the
     environment's next chat message: end-of-turn, the template's user header, then o_{t+1}),
     ``end_of_turn`` (one end-of-turn token before it) or ``none`` (right after the action, in
     the policy's own turn: the ablation that taught the policy to write environment text)."""
@@ -242,7 +191,7 @@ class TrainConfig(CheckedConfig):
     noise_gradient_metric: bool = False
     """Log the paper's Appendix A.4 diagnostic at every update: the share of the WM target-logit
     gradient on noisy next-observation tokens (ASIN codes, brand-like capitals) under CE, MAE
-    and CMAE (``wm_noise_share_*``; ``training.diagnostics``). Costs one no-grad pass over the
+    and CMAE (``wm_noise_share_*``; ``training.rl.diagnostics``). Costs one no-grad pass over the
     WM rows."""
     max_obs_tokens: int | None = bounded(512, 1)
     """Observation tokens kept as the WM target (the first ones); None keeps all, as the paper
@@ -350,234 +299,7 @@ class TrainConfig(CheckedConfig):
             raise bad("clip_eps_high", f"a number >= clip_eps ({self.clip_eps}) or none")
         if self.val_wm_replay is not None and not Path(self.val_wm_replay).is_dir():
             raise bad("val_wm_replay", "a WM replay folder (e.g. from paw-gym play --replay)")
-
-
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps|xpu(:\d+)?")
-_SCALARS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
-_BOOLS = {"true": True, "yes": True, "on": True, "1": True,
-          "false": False, "no": False, "off": False, "0": False}
-
-
-def check_config(config: Any) -> None:
-    """The one validation of a config dataclass, before any model, data or env is touched:
-    every field's type and choices (:func:`check_field_types`), every :func:`bounded` field's
-    range, then the relations between fields (the class's ``_check_relations``, if any). A
-    bad value is one ``ValueError`` naming it and what is accepted."""
-    check_field_types(config)
-    check_bounds(config, {item.name: item.metadata["bounds"]
-                          for item in dataclasses.fields(config) if "bounds" in item.metadata})
-    relations = getattr(config, "_check_relations", None)
-    if relations is not None:
-        relations()
-
-
-def check_bounds(config: Any, bounds: dict[str, Bounds]) -> None:
-    """``ValueError`` for the first field of ``config`` outside its :class:`Bounds` (for a
-    class whose field metadata belongs to another parser, e.g. a TRL config)."""
-    kinds = _field_types(type(config))
-    for name, accepted in bounds.items():
-        value = getattr(config, name)
-        if value is None or accepted.admits(value):
-            continue
-        optional, base = _optional_base(kinds[name])
-        raise ValueError(f"{name}={value!r} is invalid; expected "
-                         + accepted.describe("an integer" if base is int else "a number",
-                                             optional))
-
-
-def check_field_types(config: Any) -> None:
-    """Every bool / int / float / str field (optionally None) holds that type and every
-    ``Literal`` field one of its choices: ``paw: 3``, ``n_groups: 1.5`` or ``algo: dpo`` is an
-    error naming the field, not silently truthy, truncated or failing later."""
-    for name, kind in _field_types(type(config)).items():
-        optional, base = _optional_base(kind)
-        value = getattr(config, name)
-        if value is None and optional:
-            continue
-        if typing.get_origin(base) is Literal:
-            if value not in typing.get_args(base):
-                raise ValueError(f"{name}={value!r} is invalid; expected "
-                                 + " | ".join(map(str, typing.get_args(base))))
-            continue
-        if base not in _SCALARS:
-            continue
-        if base is float:  # a non-finite number is no setting: lr inf trains NaN weights
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and \
-                math.isfinite(value)
-        elif base is int:
-            ok = isinstance(value, int) and not isinstance(value, bool)
-        else:
-            ok = isinstance(value, base)
-        if not ok:
-            raise ValueError(f"{name}={value!r} is invalid; expected {_SCALARS[base]}"
-                             + (" (finite)" if base is float else "")
-                             + (" or none" if optional else ""))
-
-
-@functools.lru_cache(maxsize=None)
-def _field_types(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _optional_base(kind: Any) -> tuple[bool, Any]:
-    """``(whether the field type admits None, the type without None)``: ``int | None`` →
-    ``(True, int)``, ``float`` → ``(False, float)``."""
-    args = typing.get_args(kind)
-    optional = typing.get_origin(kind) in (typing.Union, types.UnionType) and type(None) in args
-    return optional, (next((a for a in args if a is not type(None)), kind) if optional else kind)
-
-
-# -- text → field values (the CLI flags, and strings in a YAML config) ------------------------
-
-def parse_value(raw: str, kind: Any) -> Any:
-    """``raw`` as a value of the field type ``kind``, or a ValueError saying what was expected.
-
-    ``none`` is None for an optional type; ``true|false`` (also yes/no, on/off, 1/0) a bool; a
-    list takes ``a,b`` or ``[a, b]``; a mapping ``{key: value}`` or ``key=value,key=value``
-    (:func:`parse_mapping`); ``Any`` is read as YAML.
-    """
-    optional, base = _optional_base(kind)
-    text = raw.strip()
-    if optional and text.lower() in ("none", "null"):
-        return None
-    origin = typing.get_origin(base) or base
-    if origin is dict:
-        return parse_mapping(raw)  # its errors name the bad item
-    try:
-        if origin is Literal:
-            if text not in map(str, typing.get_args(base)):
-                raise ValueError(text)
-            return next(choice for choice in typing.get_args(base) if str(choice) == text)
-        if base is bool:
-            return _BOOLS[text.lower()]
-        if base in (int, float):
-            return base(text)
-        if base is str:
-            return raw
-        if origin is list:
-            (item_kind,) = typing.get_args(base) or (Any,)
-            return [parse_value(str(item), item_kind) for item in _list_items(text)]
-    except (ValueError, KeyError):
-        raise ValueError(f"expected {describe_type(kind)}, got {raw!r}") from None
-    import yaml
-
-    return yaml.safe_load(raw)
-
-
-def _list_items(text: str) -> list[Any]:
-    if text.startswith("["):
-        import yaml
-
-        try:
-            items = yaml.safe_load(text)
-        except yaml.YAMLError:
-            raise ValueError(text) from None
-        if not isinstance(items, list):
-            raise ValueError(text)
-        return items
-    return _split_top_level(text)
-
-
-def parse_mapping(text: str) -> dict[str, Any]:
-    """The one env-kwargs syntax: a YAML / JSON mapping (``{split: test, n_items: 8}``) or
-    ``key=value[,key=value]`` pairs whose values are read as YAML (``n=8`` is an int,
-    ``x=none`` None, ``tasks=[a, b]`` a list). A ValueError names the bad item."""
-    import yaml
-
-    text = text.strip()
-    if text.startswith("{"):
-        try:
-            mapping = yaml.safe_load(text)
-        except yaml.YAMLError as error:
-            raise ValueError(f"{text!r} is not a valid YAML mapping "
-                             f"({getattr(error, 'problem', None) or error})") from None
-        if not isinstance(mapping, dict):
-            raise ValueError(f"{text!r} is not a mapping like {{split: test}}")
-        return mapping
-    mapping = {}
-    for item in _split_top_level(text):
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"item {item!r} is not key=value (give key=value[,key=value] or a "
-                             "YAML mapping like '{split: test}')")
-        try:
-            mapping[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError:  # text YAML cannot read (e.g. "@x") stays a string
-            mapping[key.strip()] = value.strip()
-    return mapping
-
-
-def _split_top_level(text: str) -> list[str]:
-    """``text`` cut at the commas outside brackets, braces and quotes (``a=[1, 2],b=3`` is two
-    items), without blank items."""
-    items, depth, quote, start = [], 0, "", 0
-    for index, char in enumerate(text):
-        if quote:
-            quote = "" if char == quote else quote
-        elif char in "'\"":
-            quote = char
-        elif char in "[{(":
-            depth += 1
-        elif char in "]})":
-            depth -= 1
-        elif char == "," and depth == 0:
-            items.append(text[start:index])
-            start = index + 1
-    items.append(text[start:])
-    return [item.strip() for item in items if item.strip()]
-
-
-def describe_type(kind: Any) -> str:
-    """What a value of ``kind`` looks like, for error messages: ``int | None`` → "an integer or
-    none"."""
-    optional, base = _optional_base(kind)
-    origin = typing.get_origin(base) or base
-    if origin is Literal:
-        text = "one of " + " | ".join(map(str, typing.get_args(base)))
-    elif origin is list:
-        text = "a list like a,b or [a, b]"
-    elif origin is dict:
-        text = "a mapping like key=value,key=value or '{key: value}'"
-    else:
-        text = _SCALARS.get(base, "a YAML value")
-    return text + (" or none" if optional else "")
-
-
-def type_metavar(kind: Any) -> str:
-    """The placeholder ``--help`` shows for a value of ``kind``: INT, FLOAT, STR, true|false,
-    {a,b}, KEY=VALUE[,...]; a list shows its item's (``|none`` appended when it is
-    optional)."""
-    optional, base = _optional_base(kind)
-    origin = typing.get_origin(base) or base
-    if origin is Literal:
-        text = "{" + ",".join(map(str, typing.get_args(base))) + "}"
-    elif origin is list:  # argparse shows several: STR [STR ...]
-        (item_kind,) = typing.get_args(base) or (Any,)
-        text = type_metavar(item_kind)
-    elif origin is dict:
-        text = "KEY=VALUE[,...]"
-    else:
-        text = {bool: "true|false", int: "INT", float: "FLOAT", str: "STR"}.get(base, "VALUE")
-    return text + ("|none" if optional else "")
-
-
-def format_value(value: Any) -> str:
-    """``value`` written the way :func:`parse_value` reads it back (for ``--help`` defaults and
-    for turning a config into flags): true/false, none, ``a,b`` lists, ``{k: v}`` mappings."""
-    import yaml
-
-    if value is None:
-        return "none"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        items = [format_value(item) for item in value]
-        if all(item and "," not in item and not item.startswith("[") for item in items):
-            return ",".join(items)
-        return yaml.safe_dump(value, default_flow_style=True, width=10**9).strip()
-    if isinstance(value, dict):
-        return yaml.safe_dump(value, default_flow_style=True, width=10**9).strip()
-    return str(value)
 
 
 #: The ``${VARIABLES}`` the paper configs read their data from, and what each must hold.
@@ -680,10 +402,10 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         where = f"{path}: " if path is not None else ""
         raise ValueError(f"{where}unknown config key(s) {', '.join(hints)}; the {len(known)} "
                          f"keys are the fields of {cls.__name__} (a command's --help lists them)")
-    kinds = _field_types(cls)
+    kinds = field_types(cls)
     for name, value in values.items():
         # e.g. "lr: 5e-5", which YAML 1.1 reads as a string (a bad choice is named by the check)
-        if isinstance(value, str) and typing.get_origin(_optional_base(kinds[name])[1]) \
+        if isinstance(value, str) and typing.get_origin(optional_base(kinds[name])[1]) \
                 is not Literal:
             try:
                 values[name] = parse_value(value, kinds[name])

@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from training.config import CheckedConfig, bounded, check_config
-from training.serialization import WMContext
+from agents.serialization import WMContext
+from training.infra.checked_config import CheckedConfig, bounded, check_config
 
 
 #: Bump when the base-model recipe changes meaning, so cached bases are rebuilt.
@@ -73,7 +73,7 @@ class DemoConfig(CheckedConfig):
     """World-model co-training."""
     wm_context: WMContext = "next_turn"
     """Where o_next follows the action, in the pretraining transcripts and the PaW term alike
-    (``training.serialization``): next_turn, end_of_turn or none."""
+    (``agents.serialization``): next_turn, end_of_turn or none."""
     pretrain_wm_context: WMContext | None = None
     """The pretraining transcripts' serialisation, where it should differ from ``wm_context``
     (None: the same). ``end_of_turn`` with ``wm_context: none`` rebuilds the pipeline before
@@ -146,7 +146,7 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     import torch
 
     from training.evaluate import evaluate, load_policy, plan_evaluation, write_tables
-    from training.outputs import claim_folder
+    from training.infra.outputs import claim_folder
     from training.sft import SFTConfig, record_expert_demos, run_sft
     from training.trainer import PaWTrainer
 

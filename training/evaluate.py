@@ -190,7 +190,7 @@ def load_policy(model: str | None = None, checkpoint: str | Path | None = None,
         if model is None:
             raise ValueError("give --model or --checkpoint")
         return HFPolicy(model, device=device, seed=seed)
-    from training.checkpoint import check_safetensors, verify_checkpoint
+    from training.infra.checkpoint import check_safetensors, verify_checkpoint
 
     path = Path(checkpoint)
     if (path / "model").is_dir():

@@ -154,7 +154,7 @@ class ValueModel(torch.nn.Module):
         return self.head(last).float().squeeze(-1)
 
     def fsdp_units(self) -> list[torch.nn.Module]:
-        """The modules FSDP shards one by one (``training.distributed.shard_module``): the
+        """The modules FSDP shards one by one (``training.infra.distributed.shard_module``): the
         decoder layers, and the head (float32 over a bfloat16 decoder: a unit of its own,
         since FSDP gathers each unit's parameters in one dtype)."""
         return [*self.decoder.layers, self.head]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from training.config import CheckedConfig, bounded
+from training.infra.checked_config import CheckedConfig, bounded
 
 # torch and the batching code are imported inside the functions: ``paw-gym`` imports this
 # module (for SFTConfig) when it builds its parser, and must stay quick to start.
@@ -65,10 +65,10 @@ class SFTConfig(CheckedConfig):
 
 
 def load_examples(policy, replay_dir: str | Path, successful_only: bool, max_seq_len: int):
-    """Prompt + action rows (``training.batch.Sample``) from a replay; records without an
+    """Prompt + action rows (``training.rl.batch.Sample``) from a replay; records without an
     action are skipped."""
-    from training.batch import Sample
-    from training.serialization import serialize
+    from agents.serialization import serialize
+    from training.rl.batch import Sample
     from wrappers import WMReplay
 
     replay = WMReplay.load(replay_dir)
@@ -97,9 +97,9 @@ def run_sft(config: SFTConfig) -> tuple[Path, list[dict[str, Any]]]:
     from tqdm.auto import tqdm
 
     from agents.hf_policy import HFPolicy
-    from training.batch import collate
-    from training.objective import gather_logprobs
-    from training.outputs import claim_folder
+    from training.infra.outputs import claim_folder
+    from training.rl.batch import collate
+    from training.rl.objective import gather_logprobs
 
     claim_folder(config.output_dir, "sft", config.overwrite)
     random.seed(config.seed)

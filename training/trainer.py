@@ -19,19 +19,20 @@ import torch
 
 from agents.types import Trajectory
 from paw_gym.progress import is_terminal, progress_bar, quiet_outside_terminal
-from training import checkpoint as ckpt
-from training import distributed
-from training.batch import collate, token_budget_batches
 from training.config import TrainConfig, save_config
-from training.diagnostics import gradient_shares, noisy_token_mask
-from training.metrics_log import MetricsLogger, plot_curves
+from training.infra import checkpoint as ckpt
+from training.infra import distributed
+from training.infra.metrics_log import MetricsLogger
+from training.infra.plots import plot_curves
 from training.models import (Reference, ValueModel, build_policy, build_vllm_policy,
                              trainable_parameters)
-from training.objective import (ObjectiveSettings, PolicyScorer, gather_logprobs,
-                                micro_batch_loss, objective_weights)
-from training.rollout_batch import RolloutBatch, build_batch
+from training.rl.batch import collate, token_budget_batches
+from training.rl.diagnostics import gradient_shares, noisy_token_mask
+from training.rl.objective import (ObjectiveSettings, PolicyScorer, gather_logprobs,
+                                   micro_batch_loss, objective_weights)
+from training.rl.rollout_batch import RolloutBatch, build_batch
+from training.rl.value import critic_loss, critic_values
 from training.serialization import TransitionSerializer
-from training.value import critic_loss, critic_values
 from wrappers.replay import WMReplay
 
 #: Settings that change how a run is shown or stored, not what it computes: a resume may
@@ -106,7 +107,7 @@ class PaWTrainer:
         self.tokenizer = self.policy.tokenizer
         self.serializer = TransitionSerializer.for_policy(self.policy, config.wm_context)
         if collect is None:
-            from training.collect import EnvCollector
+            from training.rl.collect import EnvCollector
 
             # On a terminal the rollout shows its episodes; a log gets one line per phase.
             collect = EnvCollector(config, progress=self._show_bars())
@@ -159,7 +160,7 @@ class PaWTrainer:
         """Print the per-process memory estimate (rank 0; on a GPU, or for a model of 100 M
         parameters or more, so that tiny CPU runs stay quiet); on a GPU, refuse a config whose
         estimate exceeds the GPU's memory, before any weight is loaded."""
-        from training.memory import check_fits
+        from training.infra.memory import check_fits
 
         device = self.world.model_device(self.config.device) or (
             "cuda" if torch.cuda.is_available() else "cpu")
@@ -265,8 +266,8 @@ class PaWTrainer:
         with the current policy; ``val_*`` metrics, success-like ones as fractions. In a
         multi-process run each rank plays a contiguous block of the tasks (sampling seed
         ``seed · W + rank``) and every rank summarises all the episodes."""
-        from training.collect import prompt_kwargs
         from training.evaluate import evaluate, plan_evaluation, summarize
+        from training.rl.collect import prompt_kwargs
 
         config, world = self.config, self.world
         env_kwargs = {k: v for k, v in config.env_kwargs.items() if k != "split"}

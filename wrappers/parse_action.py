@@ -105,3 +105,13 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
         info = {**info, "invalid_action": invalid, "parsed_action": parsed, "parse_error": error,
                 "format_penalty": penalty}
         return observation, reward, terminated, truncated, info
+
+
+def wrapped_action_format(env: gym.Env) -> str:
+    """The format of the outermost ``ParseAction`` around ``env`` (``"action"`` when there is
+    none)."""
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, ParseAction):
+            return env.action_format
+        env = env.env
+    return "action"

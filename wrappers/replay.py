@@ -29,7 +29,7 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 
-#: Fields every transition record must have (DESIGN.md, "Transition record").
+#: Fields every transition record must have (docs/design.md, "Contracts between the layers").
 REQUIRED_FIELDS = ("h", "a", "o_next", "reward", "terminated", "truncated", "task_id",
                    "task_type", "episode_id", "step")
 

@@ -31,7 +31,7 @@ from paw_gym.alfworld.generate import (
 )
 from paw_gym.alfworld.scenes import SPLIT_DIRS, SPLITS
 from paw_gym.alfworld.tasks import TASK_TYPES
-from paw_gym.cache import cache_home
+from paw_gym.cache import alfworld_cache
 
 #: Games per task type and split in the cache built on first use (the CLI makes more).
 DEFAULT_CACHE_PER_TYPE = 3
@@ -53,12 +53,8 @@ class GameRecord:
     """``traj_data.json``'s ``pddl_params`` (targets of the goal)."""
 
 
-def cache_root() -> Path:
-    return cache_home() / "alfworld"
-
-
 def generated_root(per_type: int = DEFAULT_CACHE_PER_TYPE, seed: int = DEFAULT_CACHE_SEED) -> Path:
-    return cache_root() / f"generated-v{GENERATOR_VERSION}-n{per_type}-s{seed}"
+    return alfworld_cache() / f"generated-v{GENERATOR_VERSION}-n{per_type}-s{seed}"
 
 
 @contextmanager

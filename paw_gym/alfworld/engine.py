@@ -34,6 +34,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from paw_gym.cache import alfworld_cache
+
 #: Admissible commands that are never offered (the game's own help text is not an action).
 HIDDEN_COMMANDS = frozenset({"help"})
 #: What the engine answers to a command it cannot execute.
@@ -159,9 +161,7 @@ def _translator_version() -> str:
 
 def translation_cache_dir() -> Path:
     """Where translated tasks are kept (``$PAW_GYM_CACHE/alfworld/sas``, read at each call)."""
-    from paw_gym.alfworld.data import cache_root
-
-    return cache_root() / "sas"
+    return alfworld_cache() / "sas"
 
 
 def _check_cache_dir(folder: Path) -> None:

@@ -1,2 +1,3 @@
-"""paw-gym's envs and PaW's world-model term inside other trainers (``[trl]`` extra:
-:mod:`paw_gym.integrations.trl`)."""
+"""Deprecated: the TRL integration moved to :mod:`training.integrations.trl` (the env package
+imports no trainer); ``paw_gym.integrations.trl`` re-exports it, with a ``DeprecationWarning``,
+for one release."""

@@ -22,7 +22,8 @@ from paw_gym.core import Task, TaskList, TextEnv
 from paw_gym.searchqa import oracle
 from paw_gym.searchqa.data import Document, QAExample, load_corpus, load_qa
 from paw_gym.searchqa.kb import EMBEDDED_DATASET, KBConfig, build_kb
-from paw_gym.searchqa.retriever import Retriever, check_topk, information_block, make_retriever
+from paw_gym.searchqa.retriever import Retriever, check_topk, information_block
+from paw_gym.searchqa.retriever_factory import make_retriever
 from paw_gym.searchqa.scoring import exact_match, substring_exact_match, token_f1
 
 #: Search-R1's observation after a turn with neither a search nor an answer.

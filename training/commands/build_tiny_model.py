@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from training.config import CheckedConfig, bounded
+from training.infra.checked_config import CheckedConfig, bounded
 
 
 @dataclass
@@ -49,7 +49,7 @@ class TinyModelArguments(CheckedConfig):
 
 
 def add_parser(subparsers) -> None:
-    from training.cli import add_command
+    from training.commands.flags import add_command
 
     add_command(subparsers, "build-tiny-model", TinyModelArguments,
                 help="write a tiny random Qwen2 model with a tokenizer trained on env text",
@@ -64,7 +64,8 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     import importlib
 
-    from training.cli import UserError, arguments_from, check_env, claim_output_folder
+    from training.commands.common import UserError, check_env, claim_output_folder
+    from training.commands.flags import arguments_from
 
     arguments = arguments_from(args, TinyModelArguments)
     for module in arguments.imports:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 
 def add_parser(subparsers) -> None:
-    from training.cli import add_command
+    from training.commands.flags import add_command
     from training.demo import DemoConfig
 
     add_command(
@@ -21,7 +21,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from training.cli import UserError, arguments_from, claim_output_folder
+    from training.commands.common import UserError, claim_output_folder
+    from training.commands.flags import arguments_from
     from training.demo import DemoConfig, check_demo_config, run_demo
 
     config = arguments_from(args, DemoConfig)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def add_parser(subparsers) -> None:
-    from training.cli import add_command
+    from training.commands.flags import add_command
 
     add_command(subparsers, "envs", help="list registered text environments").set_defaults(
         func=run)

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 AGENTS = ("policy", "react", "reflexion", "random", "expert")
 
-from training.config import CheckedConfig, bounded
+from training.infra.checked_config import CheckedConfig, bounded
 
 
 @dataclass
@@ -77,7 +77,7 @@ class EvalArguments(CheckedConfig):
 
 
 def add_parser(subparsers) -> None:
-    from training.cli import add_command
+    from training.commands.flags import add_command
 
     add_command(subparsers, "eval", EvalArguments,
                 help="evaluate a model, checkpoint or baseline per task type (MD + JSON + CSV)",
@@ -86,7 +86,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from training.cli import arguments_from
+    from training.commands.flags import arguments_from
 
     return evaluate_command(arguments_from(args, EvalArguments))
 
@@ -169,9 +169,9 @@ def build_agent(arguments: EvalArguments, env_id: str):
 
 
 def evaluate_command(arguments: EvalArguments) -> int:
-    from training.checkpoint import resolve_checkpoint
-    from training.cli import (UserError, check_env, check_file_name, claim_output_files,
-                              require_writable)
+    from training.commands.common import (UserError, check_env, check_file_name,
+                                          claim_output_files, require_writable)
+    from training.infra.checkpoint import resolve_checkpoint
 
     check_file_name(arguments.name, "--name")
     if arguments.checkpoint:

@@ -26,10 +26,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
-from training.serialization import WMContext
+from agents.serialization import WMContext
+from training.infra.checked_config import CheckedConfig, bounded
 from training.world_model import DEFAULT_TAU
-
-from training.config import CheckedConfig, bounded
 
 
 @dataclass
@@ -82,7 +81,7 @@ class EvalWMArguments(CheckedConfig):
 
 
 def add_parser(subparsers) -> None:
-    from training.cli import add_command
+    from training.commands.flags import add_command
 
     add_command(subparsers, "eval-wm", EvalWMArguments,
                 help="evaluate next-observation prediction on a replay's held-out transitions",
@@ -90,7 +89,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from training.cli import arguments_from
+    from training.commands.flags import arguments_from
 
     return evaluate_world_model(arguments_from(args, EvalWMArguments))
 
@@ -148,7 +147,7 @@ def transition_markdown(rows: list[dict], title: str, wm_context: str) -> str:
 
 
 def evaluate_world_model(arguments: EvalWMArguments) -> int:
-    from training.cli import UserError, check_file_name, claim_output_files
+    from training.commands.common import UserError, check_file_name, claim_output_files
     from training.world_model import (SPLIT_KEY, EmbeddingReward, load_examples, predict,
                                       read_predictions, select_split, summarize_predictions,
                                       table_markdown, write_predictions, write_wm_tables)

@@ -17,7 +17,7 @@ TaskType = Literal["pick_and_place_simple", "look_at_obj_in_light",
                    "pick_clean_then_place_in_recep", "pick_heat_then_place_in_recep",
                    "pick_cool_then_place_in_recep", "pick_two_obj_and_place"]
 
-from training.config import CheckedConfig, bounded
+from training.infra.checked_config import CheckedConfig, bounded
 
 
 #: Games per task type and split beyond which a generation would run for days.
@@ -43,7 +43,7 @@ class GenAlfworldArguments(CheckedConfig):
 
 
 def add_parser(subparsers) -> None:
-    from training.cli import add_command
+    from training.commands.flags import add_command
 
     add_command(subparsers, "gen-alfworld", GenAlfworldArguments,
                 help="generate verified ALFWorld games (json_2.1.1/<split>/<task>/<trial>/)",
@@ -56,7 +56,8 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from training.cli import UserError, arguments_from
+    from training.commands.common import UserError
+    from training.commands.flags import arguments_from
 
     arguments = arguments_from(args, GenAlfworldArguments)
     try:

@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from training.config import CheckedConfig, bounded
+from training.infra.checked_config import CheckedConfig, bounded
 
 
 #: More episodes than this would run for days and print a table nobody reads.
@@ -42,7 +42,7 @@ class PlayArguments(CheckedConfig):
 
 
 def add_parser(subparsers) -> None:
-    from training.cli import add_command
+    from training.commands.flags import add_command
 
     add_command(subparsers, "play", PlayArguments,
                 help="run scripted (expert/random) episodes on an env and record them",
@@ -56,7 +56,8 @@ def run(args) -> int:
     from agents.base import Sampling
     from agents.baselines import ExpertAgent, RandomAgent
     from agents.envs import make_agent_env
-    from training.cli import UserError, arguments_from, check_env
+    from training.commands.common import UserError, check_env
+    from training.commands.flags import arguments_from
     from wrappers import RecordTransitions, WMReplay
 
     arguments = arguments_from(args, PlayArguments)

@@ -47,8 +47,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from training.cli import UserError, claim_output_files
-    from training.plots import DEFAULT_SMOOTH, load_run, logged_metrics, plot_runs
+    from training.commands.common import UserError, claim_output_files
+    from training.infra.plots import DEFAULT_SMOOTH, load_run, logged_metrics, plot_runs
 
     if not args.runs and not args.groups:
         raise UserError("give at least one RUN folder or a --group NAME=GLOB")
@@ -86,7 +86,7 @@ def _true_or_false(text: str) -> bool:
     """``--overwrite``'s value, spelled as every other command's boolean flags."""
     import argparse
 
-    from training.config import parse_value
+    from training.infra.config_values import parse_value
 
     try:
         return parse_value(text, bool)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.config import CheckedConfig, bounded
+from training.infra.checked_config import CheckedConfig, bounded
 
 
 @dataclass
@@ -43,7 +43,7 @@ class ServeEnvArguments(CheckedConfig):
 
 
 def add_parser(subparsers) -> None:
-    from training.cli import add_command
+    from training.commands.flags import add_command
 
     add_command(subparsers, "serve-env", ServeEnvArguments,
                 help="serve a text env over WebSocket (OpenEnv protocol), a session per client",
@@ -51,13 +51,14 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    # Not training.cli.check_env: it imports the agents package, and with it torch (~170 MB
-    # of the server's memory, for nothing). An unknown id or argument fails in EnvServer, which
-    # makes one env to read its spaces, with Gymnasium's "did you mean" or the constructor's
-    # own message.
+    # Not training.commands.common.check_env: it imports the agents package, and with it torch
+    # (~170 MB of the server's memory, for nothing). An unknown id or argument fails in
+    # EnvServer, which makes one env to read its spaces, with Gymnasium's "did you mean" or the
+    # constructor's own message.
     import gymnasium as gym
 
-    from training.cli import UserError, arguments_from
+    from training.commands.common import UserError
+    from training.commands.flags import arguments_from
 
     arguments = arguments_from(args, ServeEnvArguments)
     try:

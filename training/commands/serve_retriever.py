@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from training.config import CheckedConfig, bounded
+from training.infra.checked_config import CheckedConfig, bounded
 
 
 @dataclass
@@ -54,7 +54,7 @@ class ServeRetrieverArguments(CheckedConfig):
 
 
 def add_parser(subparsers) -> None:
-    from training.cli import add_command
+    from training.commands.flags import add_command
 
     add_command(subparsers, "serve-retriever", ServeRetrieverArguments,
                 help="serve passage retrieval over HTTP (Search-R1 /retrieve API)",
@@ -67,9 +67,10 @@ def run(args) -> int:
 
     from paw_gym.searchqa.data import load_corpus, save_corpus
     from paw_gym.searchqa.kb import KBConfig, build_kb
-    from paw_gym.searchqa.retriever import make_retriever
+    from paw_gym.searchqa.retriever_factory import make_retriever
     from paw_gym.searchqa.server import RetrievalServer, ServerLimits
-    from training.cli import UserError, arguments_from, claim_output_files
+    from training.commands.common import UserError, claim_output_files
+    from training.commands.flags import arguments_from
 
     arguments = arguments_from(args, ServeRetrieverArguments)
     if arguments.export_corpus:

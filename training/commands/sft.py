@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.config import CheckedConfig
+from training.infra.checked_config import CheckedConfig
 
 
 @dataclass
@@ -25,7 +25,7 @@ class SFTArguments(CheckedConfig):
 
 
 def add_parser(subparsers) -> None:
-    from training.cli import add_command
+    from training.commands.flags import add_command
     from training.sft import SFTConfig
 
     add_command(subparsers, "sft", SFTArguments, config=SFTConfig,
@@ -35,8 +35,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from training.cli import (UserError, arguments_from, check_env, claim_output_folder,
-                              require_writable)
+    from training.commands.common import (UserError, check_env, claim_output_folder,
+                                          require_writable)
+    from training.commands.flags import arguments_from
     from training.sft import SFTConfig, record_expert_episodes, run_sft
 
     config = arguments_from(args, SFTConfig)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from training.config import CheckedConfig
+from training.infra.checked_config import CheckedConfig
 
 
 @dataclass
@@ -16,7 +16,7 @@ class TrainArguments(CheckedConfig):
 
 
 def add_parser(subparsers) -> None:
-    from training.cli import add_command
+    from training.commands.flags import add_command
     from training.config import TrainConfig
 
     add_command(subparsers, "train", TrainArguments, config=TrainConfig,
@@ -29,16 +29,17 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from training.cli import UserError, arguments_from, check_env, require_writable
+    from training.commands.common import UserError, check_env, require_writable
+    from training.commands.flags import arguments_from
     from training.config import TrainConfig, first_steps
 
     config = arguments_from(args, TrainConfig)
     resume = arguments_from(args, TrainArguments).resume
     check_env(config.env_id, config.env_kwargs)
     from agents.hf_policy import check_model_source  # torch: once the config is valid
-    from training.checkpoint import (CheckpointError, CheckpointMismatch, CheckpointWriteError,
-                                     check_output_dir)
-    from training.distributed import check_group_count, launched_world_size
+    from training.infra.checkpoint import (CheckpointError, CheckpointMismatch, CheckpointWriteError,
+                                           check_output_dir)
+    from training.infra.distributed import check_group_count, launched_world_size
 
     resume = True if resume == "latest" else resume
     # Everything a user can get wrong, before the model loads and before any file is touched.
@@ -53,7 +54,7 @@ def run(args) -> int:
         raise UserError(str(error) + (f"; {args.config} says to run first: {first}"
                                       if first else "")) from error
     require_writable(config.output_dir, "--output_dir")
-    from training.distributed import shutdown
+    from training.infra.distributed import shutdown
     from training.trainer import PaWTrainer
 
     try:

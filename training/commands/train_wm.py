@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from training.config import CheckedConfig, bounded
+from training.infra.checked_config import CheckedConfig, bounded
 
 
 @dataclass
@@ -37,7 +37,7 @@ class RecordArguments(CheckedConfig):
 
 
 def add_parser(subparsers) -> None:
-    from training.cli import add_command
+    from training.commands.flags import add_command
     from training.world_model import WorldModelConfig
 
     add_command(subparsers, "train-wm", RecordArguments, config=WorldModelConfig,
@@ -46,7 +46,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from training.cli import UserError, arguments_from, check_env, claim_output_folder
+    from training.commands.common import UserError, check_env, claim_output_folder
+    from training.commands.flags import arguments_from
     from training.world_model import WorldModelConfig, record_replay, train_world_model
 
     config = arguments_from(args, WorldModelConfig)  # types, bounds and _check_relations

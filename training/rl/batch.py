@@ -1,6 +1,6 @@
 """Training rows of serialised transitions, packed into token-budget micro-batches.
 
-Each transition is one row ``h ⊕ a ⊕ s ⊕ o`` (:mod:`training.serialization`): the prompt ids
+Each transition is one row ``h ⊕ a ⊕ s ⊕ o`` (:mod:`agents.serialization`): the prompt ids
 ``h`` the policy saw, the response ids ``a`` it generated, the separator ``s`` of the
 ``wm_context``, then the tokens of the next observation ``o`` (the world-model target). Target
 position ``j`` holds token ``ids[j]``, predicted from the logits at ``j − 1``; the action mask

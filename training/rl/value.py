@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from agents.types import Trajectory
-from training.batch import Sample, token_budget_batches
-from training.distributed import SingleProcess
+from training.infra.distributed import SingleProcess
+from training.rl.batch import Sample, token_budget_batches
 
 #: verl's default value-clip range.
 VALUE_CLIP = 0.5
@@ -30,7 +30,7 @@ def critic_values(critic, trajectories: list[Trajectory], config, pad_id: int, d
 
     ``world``: this process's (default: a single process). A sharded critic's passes are
     collectives, so every rank runs as many as the rank that needs most
-    (:meth:`~training.distributed.SingleProcess.equal_passes`); the extra ones are discarded."""
+    (:meth:`~training.infra.distributed.SingleProcess.equal_passes`); the extra ones are discarded."""
     prompts = [s.output.prompt_ids[-config.max_seq_len:] or [pad_id]
                for t in trajectories for s in t.transitions] or [[pad_id]]
     flat: list[float] = [0.0] * len(prompts)

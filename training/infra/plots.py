@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from training.metrics_log import CURVES, read_metrics, run_folder
+from training.infra.metrics_log import CURVES, read_metrics, run_folder
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -364,6 +364,16 @@ def plot_runs(runs: Sequence[str | Path | Run], out_path: str | Path, *,
     return out_path
 
 
+def plot_curves(metrics_path: str | Path, out_path: str | Path,
+                keys: tuple[str, ...] = CURVES, title: str | None = None) -> Path | None:
+    """The end-of-training figure (``curves.png``) of the run that wrote ``metrics_path``: one
+    panel per metric of ``keys`` that varies (see the module docstring); returns the image
+    path, or None when there is nothing to draw."""
+    if not Path(metrics_path).is_file():
+        return None
+    return plot_runs([metrics_path], out_path, title=title, keys=keys)
+
+
 def _as_run(run: str | Path | Run) -> Run:
     return run if isinstance(run, Run) else load_run(run)
 
@@ -383,3 +393,4 @@ def _unique(texts) -> list[str]:
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) \
         and math.isfinite(value)
+

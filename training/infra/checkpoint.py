@@ -22,8 +22,8 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from training.metrics_log import run_folder
-from training.outputs import write_text_atomically
+from training.infra.metrics_log import run_folder
+from training.infra.outputs import write_text_atomically
 
 STEP_PREFIX = "step-"
 
@@ -111,7 +111,7 @@ def check_safetensors(files) -> None:
 
 
 def write_json_atomically(path: Path, payload: Any) -> None:
-    """Write JSON through :func:`training.outputs.write_text_atomically`."""
+    """Write JSON through :func:`training.infra.outputs.write_text_atomically`."""
     write_text_atomically(path, json.dumps(payload))
 
 

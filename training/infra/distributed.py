@@ -15,7 +15,7 @@ Why the update is exactly the single-process one. With W ranks:
   identical data and are identical on every rank.
 * A mini-batch's rows are split over the ranks by tokens (:func:`balance_rows`). The objective
   is ``L = Σ_rows w_i · ℓ_i`` with weights from the *whole* mini-batch
-  (``training.objective.objective_weights``), so ``L = Σ_r L_r`` where ``L_r`` sums rank r's
+  (``training.rl.objective.objective_weights``), so ``L = Σ_r L_r`` where ``L_r`` sums rank r's
   rows. Each rank back-propagates ``W · L_r``; DDP averages gradients over ranks, giving
   ``(1/W) Σ_r W ∇L_r = ∇L``: the single-process gradient, up to float summation order. Every
   rank then clips and steps on that same gradient.
@@ -204,7 +204,7 @@ class MultiProcess(SingleProcess):
 
 def shard_module(module: torch.nn.Module, compute_dtype: torch.dtype | None = None
                  ) -> torch.nn.Module:
-    """FSDP2 over ``module`` (the policy's ``training.objective.PolicyScorer`` or PPO's
+    """FSDP2 over ``module`` (the policy's ``training.rl.objective.PolicyScorer`` or PPO's
     ``training.models.ValueModel``: anything with an ``fsdp_units()`` method), in place: each
     of its units (decoder layers) is sharded on its own, the root holds the rest (embeddings,
     final norm, LM head). With a ``compute_dtype``, the weights are gathered in it and

@@ -1,5 +1,5 @@
 """From rollout trajectories to training samples: advantages, entropy selection, λ_g, and the
-``h ⊕ a ⊕ s ⊕ o_next`` serialisation of each transition (:mod:`training.serialization`)."""
+``h ⊕ a ⊕ s ⊕ o_next`` serialisation of each transition (:mod:`agents.serialization`)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from dataclasses import dataclass
 
 import torch
 
+from agents.serialization import TransitionSerializer
 from agents.types import Trajectory
-from training import advantages as adv
-from training.batch import Sample
 from training.config import TrainConfig
-from training.losses import adaptive_wm_coef, sampled_token_entropy, select_by_entropy
-from training.serialization import TransitionSerializer
+from training.rl import advantages as adv
+from training.rl.batch import Sample
+from training.rl.losses import adaptive_wm_coef, sampled_token_entropy, select_by_entropy
 
 #: Anchor key of the first step when the trajectory does not carry its reset observation
 #: (every trajectory of a group starts from the same reset state anyway).

@@ -23,9 +23,9 @@ from typing import NamedTuple
 
 import torch
 
-from training.batch import MicroBatch, Sample
-from training.losses import (clipped_token_fraction, kl_k3, ppo_clip_token_loss,
-                             wm_token_loss)
+from training.rl.batch import MicroBatch, Sample
+from training.rl.losses import (clipped_token_fraction, kl_k3, ppo_clip_token_loss,
+                                wm_token_loss)
 
 
 @dataclass
@@ -166,7 +166,7 @@ def gather_logprobs(model, batch: MicroBatch, *, score_obs: bool | torch.Tensor 
                     action_temperature: float = 1.0, with_entropy: bool = False,
                     with_leak: bool = False, chunk_size: int = 512) -> TokenScores:
     """Target-token log-probs at the action (and observation) positions of ``batch``, whose
-    rows must be right-padded (as :func:`training.batch.collate` makes them).
+    rows must be right-padded (as :func:`training.rl.batch.collate` makes them).
 
     ``score_obs`` is a bool for all rows or a ``[B]`` bool tensor of the rows whose observation
     tokens are scored. ``entropies`` (action positions only, tempered like the action logits)
@@ -243,7 +243,7 @@ def _leak_logprobs(hidden, head, batch: MicroBatch, temperature: float, dtype,
 class PolicyScorer(torch.nn.Module):
     """:func:`gather_logprobs` of ``model`` as a module's forward, so that a
     ``DistributedDataParallel`` wrapper, which all-reduces the gradients of the passes run
-    through its own forward, sees the training pass (see ``training.distributed``).
+    through its own forward, sees the training pass (see ``training.infra.distributed``).
 
     Example:
         >>> scorer = PolicyScorer(model)                                    # doctest: +SKIP
@@ -258,7 +258,7 @@ class PolicyScorer(torch.nn.Module):
         return gather_logprobs(self.model, batch, **kwargs)
 
     def fsdp_units(self) -> list[torch.nn.Module]:
-        """The modules FSDP shards one by one (``training.distributed.shard_module``): the
+        """The modules FSDP shards one by one (``training.infra.distributed.shard_module``): the
         decoder layers."""
         return list(split_causal_lm(self.model)[0].layers)
 
