@@ -20,9 +20,9 @@ every variant of a start starts from the same model), so ``variant − baseline`
 are taken per seed; the report gives their mean ± 95 % CI (Student t over seeds) at each
 milestone, and the RL gain (after − before) of each variant the same way.
 
-    python benchmarks/study_small.py --seeds 10 --workers 2     # Shelf, all cells, resumable
-    python benchmarks/study_small.py --env frozenlake --starts normal --variants grpo grpo_paw
-    python benchmarks/study_small.py --report                  # tables + plots from results
+    python -m benchmarks.study_small --seeds 10 --workers 2     # Shelf, all cells, resumable
+    python -m benchmarks.study_small --env frozenlake --starts normal --variants grpo grpo_paw
+    python -m benchmarks.study_small --report                  # tables + plots from results
 
 The learning regression test (``tests/test_learning.py``) uses this module's start and run.
 """
@@ -32,14 +32,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 @dataclass(frozen=True)
