@@ -115,6 +115,7 @@ def test_loss_on_picks_the_trained_tokens_of_a_row():
     assert trained_part(row, "action") == ([1, 2, 3, 4, 5], 3)
 
 
+@pytest.mark.heavy
 def test_a_start_pretrained_without_next_observations_knows_less_of_the_world(
         tiny_model_dir, demos, tmp_path):
     """The same demos and steps: the all-token start predicts next observations far better
