@@ -35,7 +35,7 @@ ResetRequest = tuple[int, int | None, Mapping[str, Any] | None]
 StepRequest = tuple[int, Any]
 
 # Fork starts a worker in milliseconds and inherits the env ids registered at runtime (custom
-# envs, tests/conftest.py); the workers never touch torch or CUDA, so forking after the model
+# envs, conftest.py); the workers never touch torch or CUDA, so forking after the model
 # is loaded is safe. Elsewhere (macOS, Windows) spawn needs a picklable factory, which
 # ``agents.envs.env_factory`` returns.
 DEFAULT_START_METHOD = "fork" if sys.platform == "linux" else "spawn"

@@ -74,12 +74,9 @@ def make_agent_env(env_id: str, /, *, template: str | None = None,
         >>> env = make_agent_env("PaW/WebShop-v0")                       # doctest: +SKIP
         >>> prompt, info = env.reset(seed=0)                              # doctest: +SKIP
     """
-    import paw_gym  # noqa: F401  (registers the built-in ids)
     from wrappers import HistoryPrompt, ParseAction
 
-    if env_id not in gym.registry:
-        raise ValueError(f"unknown env id {env_id!r}; registered text envs include "
-                         f"{sorted(k for k in gym.registry if '/' in k)[:20]}")
+    check_env_id(env_id)  # registers the built-in ids too
     settings = prompt_settings(env_id, template=template, action_format=action_format,
                                invalid_penalty=invalid_penalty)
     if history_length != "preset":
@@ -102,16 +99,27 @@ def env_creator(env_id: str) -> Callable[..., gym.Env]:
     return entry_point
 
 
+def check_env_id(env_id: str) -> None:
+    """Raise ``ValueError`` for an id nobody registered, naming the nearest registered text env
+    and listing them all."""
+    import difflib
+
+    import paw_gym  # registers the built-in ids
+
+    if env_id not in gym.registry:
+        text_envs = list(paw_gym.list_text_envs())
+        nearest = difflib.get_close_matches(env_id, text_envs, n=1)
+        hint = f"did you mean {nearest[0]}? " if nearest else ""
+        raise ValueError(f"unknown env id {env_id!r}; {hint}registered text envs: "
+                         f"{', '.join(text_envs)} (`paw-gym envs` describes them)")
+
+
 def check_env_settings(env_id: str, env_kwargs: dict[str, Any] | None = None) -> None:
     """Raise ``ValueError`` for an unknown env id, or for ``env_kwargs`` keys its constructor
     does not take, without building the env (it can be expensive: a catalog, a game set)."""
     import inspect
 
-    import paw_gym  # noqa: F401  (registers the built-in ids)
-
-    if env_id not in gym.registry:
-        raise ValueError(f"unknown env id {env_id!r}; registered text envs include "
-                         f"{sorted(k for k in gym.registry if '/' in k)[:20]}")
+    check_env_id(env_id)
     parameters = inspect.signature(env_creator(env_id)).parameters.values()
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return

@@ -1,6 +1,6 @@
 """The one serialisation of a transition (h_t, a_t, o_{t+1}) as token ids, for every
 world-model path: the trainer's PaW term, the pretraining transcripts, offline ``cmae`` in
-``paw-gym train-wm``, :func:`training.pretrain.next_observation_accuracy` and the
+``paw-gym train-wm``, :func:`training.warmstart.pretrain.next_observation_accuracy` and the
 noise-gradient diagnostic, and the transcript agent (:mod:`agents.transcript`). It sits in
 ``agents/`` because both agents and training use it (``training.serialization`` re-exports it).
 

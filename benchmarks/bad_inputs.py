@@ -447,7 +447,7 @@ def _task_seed(prompt: Any) -> int:
 
 
 def _pretrain(work: Path, **settings: Any) -> Any:
-    from training.pretrain import PretrainConfig, run_pretrain
+    from training.warmstart.pretrain import PretrainConfig, run_pretrain
 
     return run_pretrain(PretrainConfig(model=str(_tiny(work)), replay=str(work / "no-replay"),
                                        output_dir=str(work / "base"), progress=False,

@@ -92,7 +92,7 @@ def _mark_done(path: Path) -> None:
 
 def expert_demos(env: str, seed: int = 0) -> Path:
     """Expert episodes on the training tasks of ``env`` (a WMReplay), built once."""
-    from training.sft import record_expert_demos
+    from training.warmstart.sft import record_expert_demos
 
     preset = PRESETS[env]
     out = CACHE / env / "expert-demos"
@@ -129,7 +129,7 @@ def warm_start(env: str, epochs: int, lr: float = 3e-3, size: str = "nano",
     ``episodes`` keeps only that many successful expert episodes (a weaker warm start for the
     sparse-reward study); None uses them all.
     """
-    from training.sft import SFTConfig, run_sft
+    from training.warmstart.sft import SFTConfig, run_sft
 
     base = tiny_model(env, size)
     if epochs == 0:

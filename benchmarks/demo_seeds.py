@@ -55,7 +55,7 @@ def record_demos(seed: int) -> Path:
     """The demo replay of ``seed``, as ``paw-gym demo`` records it (recorded once; before the
     workers start, so that two of them never write one replay)."""
     from training.demo import DemoConfig
-    from training.sft import record_expert_demos
+    from training.warmstart.sft import record_expert_demos
 
     config = DemoConfig(seed=seed)
     demos = WORK / f"demos-s{seed}"

@@ -22,7 +22,7 @@ def overlap(start: str, alpha: float = 0.75) -> dict:
 
     from agents.hf_policy import HFPolicy
     from agents.rollout import rollout
-    from benchmarks.study_small import ENV, PROMPT, STARTS, build_start
+    from training.presets import ENV, PROMPT, STARTS, build_start
     from training.rl.losses import sampled_token_entropy, select_by_entropy
 
     torch.set_num_threads(1)

@@ -8,7 +8,7 @@ probability p_i, teacher-forced; per loss the target-logit gradient magnitude (C
 MAE p(1 − p), CMAE 1[p ≤ ρ] p(1 − p), ρ = 0.2) summed over noisy tokens and normalised by the
 sum over all scored tokens (``training.rl.diagnostics``). The paper scores Qwen2.5-1.5B-Instruct;
 here the nano tiny model, twice: untrained (random weights, tokenizer trained on the env's
-text) and after next-token pretraining on 300 train-split expert episodes (``training.pretrain``)
+text) and after next-token pretraining on 300 train-split expert episodes (``training.warmstart.pretrain``)
 — the model that has learnt the page layout is the one whose gradient allocation matters.
 Runs on the embedded catalog and, when ``../shared/data/webshop`` exists, on WebShop's real
 1,000-product catalog (whose brands are often written in capitals).
@@ -47,7 +47,7 @@ def shares(model_dir: Path, replay: Path, rho: float) -> dict:
     import torch
 
     from agents.hf_policy import HFPolicy
-    from training.pretrain import transcript_parts
+    from training.warmstart.pretrain import transcript_parts
     from training.rl.diagnostics import gradient_shares, noisy_token_mask
 
     policy = HFPolicy(str(model_dir), device="cpu")
@@ -71,8 +71,8 @@ def shares(model_dir: Path, replay: Path, rho: float) -> dict:
 def run_catalog(name: str, work: Path, steps: int, rho: float, limit: int,
                 **env_kwargs) -> dict:
     from agents.tiny_model import build_tiny_model
-    from training.pretrain import PretrainConfig, run_pretrain
-    from training.sft import record_expert_demos
+    from training.warmstart.pretrain import PretrainConfig, run_pretrain
+    from training.warmstart.sft import record_expert_demos
     from wrappers import WMReplay
 
     env_id = "PaW/WebShop-v0"

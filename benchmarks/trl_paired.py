@@ -23,8 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.study_small import (RESULTS, SHELF, STARTS, VAL_TEMPERATURE,
-                                    build_start, mean_ci)
+from benchmarks.study_small import RESULTS, mean_ci
+from training.presets import SHELF, STARTS, VAL_TEMPERATURE, build_start
 
 RESULTS_DIR = RESULTS / "trl_shelf"
 VARIANTS = ("grpo", "paw")

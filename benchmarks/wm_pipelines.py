@@ -24,7 +24,7 @@ target items never trained on):
 * world model, RWML format (``paw-gym eval-wm``): greedy prediction of o_next from the WM
   prompt, % exact and % with MiniLM cosine ≥ τ, on held-out transitions (expert episodes of
   the test split);
-* world model, the policy's own serialisations (``training.pretrain.next_observation_accuracy``):
+* world model, the policy's own serialisations (``training.warmstart.pretrain.next_observation_accuracy``):
   % of the same held-out transitions whose o_next greedy decoding reproduces exactly, and % of
   o_next tokens right, as the environment's next turn (``wm_context: next_turn``, the
   pretraining transcripts' and the PaW term's) and right after h ⊕ a, inside the policy's turn
@@ -132,7 +132,7 @@ def measure(model: Path, held_out: Path, seed: int) -> dict[str, Any]:
     from agents.hf_policy import HFPolicy
     from training.demo import DemoConfig
     from training.evaluate import evaluate, plan_evaluation
-    from training.pretrain import next_observation_accuracy
+    from training.warmstart.pretrain import next_observation_accuracy
     from training.world_model import (DEFAULT_TAU, EmbeddingReward, load_examples, predict,
                                       summarize_predictions)
 

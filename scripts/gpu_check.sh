@@ -31,6 +31,6 @@ if ! "$PYTHON" -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; 
 fi
 nvidia-smi 2>/dev/null | head -15
 status=0
-"$PYTHON" -m pytest -m gpu -p no:cacheprovider -q -rs tests/test_gpu.py || status=$?
+"$PYTHON" -m pytest -m gpu -p no:cacheprovider -q -rs benchmarks/tests/test_gpu.py || status=$?
 "$PYTHON" -m benchmarks.gpu_check "${args[@]}" || status=$?
 exit $status

@@ -11,7 +11,7 @@ from agents import ExpertAgent, HFPolicy, RandomAgent, ReActAgent, ReflexionAgen
 from agents.envs import make_agent_env
 from agents.evaluate import format_table, main as evaluate_main, success_table
 from agents.prompting import expert_examples
-from tests.conftest import GUESS_ID
+from tests.common import GUESS_ID
 
 BUILTIN_IDS = ("PaW/WebShop-v0", "PaW/ALFWorld-v0", "PaW/SearchQA-v0")
 

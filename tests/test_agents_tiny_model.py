@@ -7,7 +7,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2
 
 from agents.corpus import env_texts, template_texts
 from agents.tiny_model import AGENT_TAGS, IM_END, SIZES, count_parameters
-from tests.conftest import GUESS_ID
+from tests.common import GUESS_ID
 from training.cli import main
 
 TEXT = ("You are in the middle of a room. On the countertop 1, you see a mug 2 - 12.5 € ™ › "

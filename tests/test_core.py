@@ -8,7 +8,7 @@ from gymnasium.utils.env_checker import check_env
 
 import paw_gym
 from paw_gym import INFO_KEYS, TextSpace
-from tests.conftest import GUESS_ID
+from tests.common import GUESS_ID
 from tests.envs import GuessNumberEnv
 
 

@@ -16,7 +16,7 @@ from agents import ExpertAgent, RandomAgent, rollout
 from agents.env_workers import EnvWorkerError, EnvWorkers
 from agents.envs import env_factory, make_agent_env
 from agents.types import PolicyOutput
-from tests.conftest import GUESS_ID
+from tests.common import GUESS_ID
 from wrappers import RecordTransitions, WMReplay
 
 SHELF_ID = "PaW/Shelf-v0"

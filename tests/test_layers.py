@@ -175,3 +175,17 @@ def test_no_import_cycles_between_files():
 ])
 def test_the_cycle_finder_finds_cycles(graph, expected):
     assert cycles(graph) == expected
+
+
+def test_the_library_tests_do_not_import_benchmarks():
+    """``tests/`` checks the four library layers; what ``benchmarks/`` holds is tested in
+    ``benchmarks/tests/`` (the same ``pytest`` runs both)."""
+    found = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if any(dotted.split(".")[0] == "benchmarks"
+                   for dotted in _imported_names(name, path, node)):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == []

@@ -2,7 +2,7 @@
 
 On ``PaW/Shelf-v0`` the task names the item to buy, so winning needs reading the prompt; the
 prompt here is one short line. The start is a nano tiny model pretrained (next-token, see
-``training.pretrain``) on transcripts of a noisy expert (a random admissible action at half of
+``training.warmstart.pretrain``) on transcripts of a noisy expert (a random admissible action at half of
 the steps): it reads its prompt (reading probe on held-out prompts ≥ 0.8) but samples its
 actions like its noisy corpus, so it wins about half of the held-out tasks at temperature 1.
 RL must turn that into winning. A trainer that learns the wrong thing (the invalid-penalty hack
@@ -22,9 +22,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from agents.hf_policy import HFPolicy  # noqa: E402
-from benchmarks.study_small import (ENV, HELD_OUT, PROMPT, STUDY_ENVS,  # noqa: E402
-                                    build_start, held_out_success, train_and_evaluate)
-from training.pretrain import reading_probe  # noqa: E402
+from training.presets import (ENV, HELD_OUT, PROMPT, STUDY_ENVS,  # noqa: E402
+                              build_start, held_out_success, train_and_evaluate)
+from training.warmstart.pretrain import reading_probe  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -222,7 +222,7 @@ def test_unknown_env_ids_are_one_line_listing_text_envs(tmp_path, capsys, comman
 
 
 def test_recording_the_same_expert_episodes_twice_adds_them_once(tmp_path):
-    from training.sft import record_expert_episodes
+    from training.warmstart.sft import record_expert_episodes
     from wrappers import WMReplay
 
     assert record_expert_episodes("PaW/Shelf-v0", 3, tmp_path) == (3, 0)

@@ -13,7 +13,7 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 
-from tests.conftest import GUESS_ID
+from tests.common import GUESS_ID
 from tests.envs import GuessNumberEnv
 from wrappers import HistoryPrompt, ParseAction, PolicyAction, RecordTransitions, WMReplay
 

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 from agents.hf_policy import HFPolicy  # noqa: E402
 from agents.types import PolicyOutput, Trajectory, Transition  # noqa: E402
 from training.config import TrainConfig  # noqa: E402
-from training.pretrain import transcript_parts  # noqa: E402
+from training.warmstart.pretrain import transcript_parts  # noqa: E402
 from training.rl.rollout_batch import build_batch  # noqa: E402
 from training.serialization import (TransitionSerializer, chat_separator_text,  # noqa: E402
                                     observation_separator)
@@ -126,7 +126,7 @@ def test_paw_in_the_next_turn_keeps_the_leak_at_the_vanilla_level(tiny_model_dir
     """A base that knows the world in the next-turn form (pretrained on these transcripts):
     PaW's CMAE term in that form leaves the leak metric where vanilla RL leaves it, while the
     old serialisation (o_{t+1} in the policy's own turn) raises it at once."""
-    from training.pretrain import PretrainConfig, run_pretrain
+    from training.warmstart.pretrain import PretrainConfig, run_pretrain
     from training.trainer import PaWTrainer
     from wrappers import WMReplay
 

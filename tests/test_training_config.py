@@ -31,7 +31,7 @@ def test_save_and_load_round_trip(tmp_path):
 
 def test_every_field_has_a_docstring():
     from training.config import field_docs
-    from training.sft import SFTConfig
+    from training.warmstart.sft import SFTConfig
 
     for cls in (TrainConfig, SFTConfig):
         missing = [f.name for f in dataclasses.fields(cls) if not field_docs(cls).get(f.name)]
@@ -126,7 +126,7 @@ def test_text_values_are_read_as_the_field_type():
 
 
 def test_other_configs_get_their_types_checked_too(tmp_path):
-    from training.sft import SFTConfig
+    from training.warmstart.sft import SFTConfig
 
     path = tmp_path / "sft.yaml"
     path.write_text("epochs: 2.5\n")
@@ -225,7 +225,7 @@ def test_package_exports_trainer_and_config_lazily():
     ({"token_budget": 0}, "token_budget=0 is invalid"),
 ])
 def test_sft_settings_are_checked_when_made(values, message):
-    from training.sft import SFTConfig
+    from training.warmstart.sft import SFTConfig
 
     with pytest.raises(ValueError, match=message):
         SFTConfig(**values)

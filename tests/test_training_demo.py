@@ -104,7 +104,7 @@ import torch
 torch.set_num_threads(1)
 from safetensors.torch import load_file
 from training.demo import DemoConfig, cached_base
-from training.sft import record_expert_demos
+from training.warmstart.sft import record_expert_demos
 config = DemoConfig(expert_episodes=40, pretrain_steps=10, eval_episodes=4, seed=3)
 demos = record_expert_demos(config.env_id, config.expert_episodes, Path(sys.argv[1]),
                             seed=config.seed, max_steps=config.max_steps, split="train",
@@ -138,7 +138,7 @@ def test_the_same_seed_builds_a_bit_identical_base(tmp_path):
 def test_the_base_cache_key_covers_the_demo_text_and_the_thread_count(tmp_path):
     torch = pytest.importorskip("torch")
     from training.demo import base_recipe
-    from training.sft import record_expert_demos
+    from training.warmstart.sft import record_expert_demos
 
     config = DemoConfig(expert_episodes=5)
     demos = record_expert_demos(config.env_id, 5, tmp_path / "d", max_steps=config.max_steps)

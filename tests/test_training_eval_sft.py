@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 from agents.types import PolicyOutput, Trajectory, Transition  # noqa: E402
 from training.cli import main  # noqa: E402
 from training.evaluate import evaluate, load_policy, summarize, write_tables  # noqa: E402
-from training.sft import SFTConfig, record_expert_demos, run_sft  # noqa: E402
+from training.warmstart.sft import SFTConfig, record_expert_demos, run_sft  # noqa: E402
 
 ENV = "Test/GuessNumber-v0"
 

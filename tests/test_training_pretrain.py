@@ -1,4 +1,4 @@
-"""training.pretrain: the transcript rows, the loss going down, the probe, the build cache."""
+"""training.warmstart.pretrain: the transcript rows, the loss going down, the probe, the build cache."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from agents.hf_policy import HFPolicy  # noqa: E402
-from training.pretrain import (PretrainConfig, cached_build,  # noqa: E402
+from training.warmstart.pretrain import (PretrainConfig, cached_build,  # noqa: E402
                                episode_transcripts, next_observation_accuracy, reading_probe,
                                run_pretrain, trained_part, transcript_parts)
-from training.sft import record_expert_demos  # noqa: E402
+from training.warmstart.sft import record_expert_demos  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

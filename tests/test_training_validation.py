@@ -50,8 +50,8 @@ def test_validation_metrics_are_logged_before_and_during_training(tiny_model_dir
 
 def test_validation_reads_the_policy_as_a_world_model_on_held_out_transitions(
         tiny_model_dir, tmp_path):
-    from training.pretrain import next_observation_accuracy
-    from training.sft import record_expert_demos
+    from training.warmstart.pretrain import next_observation_accuracy
+    from training.warmstart.sft import record_expert_demos
 
     held_out = record_expert_demos("PaW/Shelf-v0", 3, tmp_path / "held-out", seed=10_000,
                                    epsilon=0.5, max_steps=3, split="test", history_length=0)

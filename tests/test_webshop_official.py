@@ -13,7 +13,7 @@ import paw_gym  # noqa: F401
 from paw_gym.webshop.env import WebShopEnv
 from paw_gym.webshop.loader import DATA_ENV_VAR, load_official_products
 
-from tests.conftest import SHARED_DATA
+from tests.common import SHARED_DATA
 
 WEBSHOP_DATA = SHARED_DATA / "webshop"
 pytestmark = pytest.mark.skipif(not (WEBSHOP_DATA / "items_shuffle_1000.json").is_file(),

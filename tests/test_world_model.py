@@ -203,7 +203,7 @@ def test_cmae_trains_on_the_target_tokens(tiny_model_dir, guess_replay, tmp_path
     policy = load_policy(checkpoint=out / "model")
 
     # eval-wm reads a cmae output in the form it trained: o_next after h ⊕ a ⊕ the next turn
-    from training.pretrain import next_observation_accuracy
+    from training.warmstart.pretrain import next_observation_accuracy
     from training.world_model import load_examples, select_split
 
     assert main(["eval-wm", "--checkpoint", str(out), "--out", str(tmp_path / "eval"),

@@ -6,7 +6,7 @@ import gymnasium as gym
 import pytest
 from gymnasium.wrappers import RecordEpisodeStatistics, TimeLimit
 
-from tests.conftest import GUESS_ID
+from tests.common import GUESS_ID
 from tests.envs import GuessNumberEnv
 from wrappers import TEMPLATES, HistoryPrompt, ParseAction, extract_action
 from wrappers.templates import ALFWORLD_TEMPLATE, SEARCH_TEMPLATE, WEBSHOP_TEMPLATE

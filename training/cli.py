@@ -29,6 +29,7 @@ import sys
 
 from training.commands.common import UserError
 from training.commands.flags import CommandParser
+from training.preflight import PreflightError
 
 #: Modules that define subcommands, in the order ``paw-gym --help`` lists them.
 COMMAND_MODULES = [
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except UserError as error:
+    except (UserError, PreflightError) as error:
         print(f"paw-gym {args.command}: error: {error}", file=sys.stderr)
         return 2
 

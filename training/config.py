@@ -21,8 +21,11 @@ from typing import Any, Literal
 
 from agents.serialization import WMContext
 from training.infra.checked_config import CheckedConfig, bounded, field_types, optional_base
-from training.infra.checked_config import check_config  # noqa: F401  (training.pretrain imports it here)
 from training.infra.config_values import parse_value
+
+#: Every linear layer of a Qwen2 (or Llama) block: where LoRA adapters go unless a config says.
+LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                       "down_proj")
 
 Algo = Literal["grpo", "gigpo", "rloo", "ppo"]
 ALGOS: tuple[str, ...] = typing.get_args(Algo)
@@ -50,9 +53,7 @@ class TrainConfig(CheckedConfig):
     """LoRA scaling numerator (scale = alpha / r)."""
     lora_dropout: float = bounded(0.0, 0, 1, high_open=True, what="a probability")
     """Dropout on the LoRA branch."""
-    lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj",
-                                                                    "o_proj", "gate_proj",
-                                                                    "up_proj", "down_proj"])
+    lora_target_modules: list[str] = field(default_factory=lambda: list(LORA_TARGET_MODULES))
     """Module names that get adapters."""
     gradient_checkpointing: bool = False
     """Recompute decoder activations in backward (less memory, ~30% more compute)."""
@@ -231,7 +232,7 @@ class TrainConfig(CheckedConfig):
     greedy decoding reproduces exactly), ``val_wm_token`` (share of their tokens that are
     the argmax) and that share on the tokens a copy of the prompt gives and on the others
     (``val_wm_token_kept`` / ``val_wm_token_changed``);
-    ``training.pretrain.next_observation_accuracy``. None: not measured."""
+    ``training.warmstart.pretrain.next_observation_accuracy``. None: not measured."""
     # -- bookkeeping --------------------------------------------------------------------------
     seed: int = bounded(0, 0, 2**32, high_open=True)
     """One seed for Python, NumPy, torch and the envs."""

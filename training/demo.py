@@ -54,7 +54,7 @@ class DemoConfig(CheckedConfig):
     won or not, are then imitated)."""
     pretrain_steps: int = bounded(800, 0)
     """Next-token pretraining steps on the demo transcripts h ⊕ a ⊕ o_next (0: none); see
-    :mod:`training.pretrain`."""
+    :mod:`training.warmstart.pretrain`."""
     pretrain_lr: float = 1e-3
     """Pretraining learning rate."""
     sft_epochs: int = bounded(0, 0)
@@ -147,7 +147,7 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
 
     from training.evaluate import evaluate, load_policy, plan_evaluation, write_tables
     from training.infra.outputs import claim_folder
-    from training.sft import SFTConfig, record_expert_demos, run_sft
+    from training.warmstart.sft import SFTConfig, record_expert_demos, run_sft
     from training.trainer import PaWTrainer
 
     check_demo_config(config)
@@ -242,14 +242,18 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
 def check_demo_config(config: DemoConfig) -> None:
     """``ValueError`` naming the bad setting and what is accepted, before any work (the RL
     stage's settings are checked by :class:`~training.config.TrainConfig`, under the demo's
-    names)."""
+    names, and by :func:`~training.preflight.preflight`)."""
+    from training.preflight import preflight
+
     check_config(config)  # a config changed after it was made
     try:
-        rl_config(config, Path(config.output_dir) / "base-model",
-                  Path(config.output_dir) / "rl")
+        rl = rl_config(config, Path(config.output_dir) / "base-model",
+                       Path(config.output_dir) / "rl")
     except ValueError as error:
         name = str(error).split("=", 1)[0]
         raise ValueError(str(error).replace(name, RL_FLAGS.get(name, name), 1)) from None
+    # The model is built by the demo and the output folder is the demo's own.
+    preflight(rl, model=False, outputs=False)
 
 
 #: TrainConfig fields that the demo sets from a differently named field of its own.
@@ -317,7 +321,7 @@ def cached_base(config: DemoConfig, demos: Path) -> tuple[Path, bool]:
     folder holds ``model/`` and ``probe.json``."""
     from agents.hf_policy import HFPolicy
     from agents.tiny_model import build_tiny_model
-    from training.pretrain import PretrainConfig, cached_build, reading_probe, run_pretrain
+    from training.warmstart.pretrain import PretrainConfig, cached_build, reading_probe, run_pretrain
     from wrappers import TEMPLATES, WMReplay
 
     probe_tasks = dict(seeds=list(range(10_000, 10_000 + config.eval_episodes)),

@@ -17,6 +17,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from agents.serialization import TransitionSerializer
 from agents.types import Trajectory
 from paw_gym.progress import is_terminal, progress_bar, quiet_outside_terminal
 from training.config import TrainConfig, save_config
@@ -26,13 +27,13 @@ from training.infra.metrics_log import MetricsLogger
 from training.infra.plots import plot_curves
 from training.models import (Reference, ValueModel, build_policy, build_vllm_policy,
                              trainable_parameters)
+from training.preflight import preflight
 from training.rl.batch import collate, token_budget_batches
 from training.rl.diagnostics import gradient_shares, noisy_token_mask
 from training.rl.objective import (ObjectiveSettings, PolicyScorer, gather_logprobs,
                                    micro_batch_loss, objective_weights)
 from training.rl.rollout_batch import RolloutBatch, build_batch
 from training.rl.value import critic_loss, critic_values
-from training.serialization import TransitionSerializer
 from wrappers.replay import WMReplay
 
 #: Settings that change how a run is shown or stored, not what it computes: a resume may
@@ -92,12 +93,9 @@ class PaWTrainer:
     def __init__(self, config: TrainConfig, policy=None, collect: Collector | None = None):
         self.config = config
         quiet_outside_terminal()  # transformers' own load/save bars in a log file
-        if collect is None:  # settings mistakes surface before the model loads
-            from agents.envs import check_env_settings
-
-            check_env_settings(config.env_id, config.env_kwargs)
         self.world = distributed.setup(config.device, config.sharding, config.mixed_precision)
-        distributed.check_group_count(config, self.world.world_size)
+        # Mistakes surface before the model loads; output_dir is train()'s (it knows `resume`).
+        preflight(config, world_size=self.world.world_size, model=policy is None, outputs=False)
         seed_everything(config.seed)
         if policy is None:
             self._check_memory()
@@ -297,7 +295,7 @@ class PaWTrainer:
         for row in result.rows[:-1]:
             metrics[f"val_success/{row.task_type}"] = row.success / 100
         if config.val_wm_replay and world.is_main:  # only rank 0 logs it
-            from training.pretrain import next_observation_accuracy
+            from training.warmstart.pretrain import next_observation_accuracy
 
             with torch.no_grad():
                 scores = next_observation_accuracy(policy, config.val_wm_replay,

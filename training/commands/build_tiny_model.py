@@ -31,9 +31,9 @@ class TinyModelArguments(CheckedConfig):
     pretrain_steps: int = bounded(0, 0)
     """Then pretrain the model (next-token, on h ⊕ a ⊕ o_next; see --pretrain_loss_on) this many steps on
     --pretrain_episodes noisy-expert episodes per env, so that it reads its prompt
-    (training.pretrain); 0: random weights."""
+    (training.warmstart.pretrain); 0: random weights."""
     pretrain_loss_on: Literal["all", "no_next_observation", "action"] = "all"
-    """Which tokens pretraining trains (training.pretrain.PretrainConfig.loss_on): all (the
+    """Which tokens pretraining trains (training.warmstart.pretrain.PretrainConfig.loss_on): all (the
     model also learns each action's next observation), no_next_observation (h ⊕ a only), action
     (the action tokens only). The last two give a start that never learned the env's
     dynamics."""
@@ -64,7 +64,8 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     import importlib
 
-    from training.commands.common import UserError, check_env, claim_output_folder
+    from training.commands.common import UserError, claim_output_folder
+    from training.preflight import check_env
     from training.commands.flags import arguments_from
 
     arguments = arguments_from(args, TinyModelArguments)
@@ -107,8 +108,8 @@ def run(args) -> int:
 def _pretrain(arguments: TinyModelArguments, out, env_kwargs: dict) -> None:
     import tempfile
 
-    from training.pretrain import PretrainConfig, run_pretrain
-    from training.sft import record_expert_demos
+    from training.warmstart.pretrain import PretrainConfig, run_pretrain
+    from training.warmstart.sft import record_expert_demos
 
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:

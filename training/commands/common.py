@@ -1,12 +1,15 @@
 """What every ``paw-gym`` command shares besides its flags: :class:`UserError` (a mistake
-printed as one line, no traceback) and the checks a command makes before any work (an env id
-and its settings, ``env_kwargs`` text, output folders and files)."""
+printed as one line, no traceback), the claim of output folders and files, and the
+``env_kwargs`` text. The checks of an env id, a model and a writable folder are
+:mod:`training.preflight`'s (its :class:`~training.preflight.PreflightError` is printed as a
+:class:`UserError` is)."""
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Any
+
+from training.preflight import check_writable
 
 
 class UserError(Exception):
@@ -22,27 +25,13 @@ def check_file_name(name: str | None, flag: str) -> None:
                         "into --out")
 
 
-def require_writable(folder: str | Path, flag: str) -> None:
-    """Fail before any work when ``folder`` cannot be created or written (a read-only disk, a
-    file in the way), instead of after an evaluation or a training run."""
-    import tempfile
-
-    try:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as error:
-        raise UserError(f"{flag} {str(folder)!r} is not writable ({error.strerror or error}); "
-                        "choose a folder you can write") from error
-
-
 def claim_output_folder(folder: str | Path, command: str, overwrite: bool,
                         flag: str = "--output_dir") -> None:
     """A command's output folder, before any work: writable, and claimed through the output
     guard (:func:`training.infra.outputs.claim_folder`); either mistake is one :class:`UserError`."""
     from training.infra.outputs import OutputExists, claim_folder
 
-    require_writable(folder, flag)
+    check_writable(folder, flag)
     try:
         claim_folder(folder, command, overwrite, flag=flag)
     except OutputExists as error:
@@ -59,28 +48,7 @@ def claim_output_files(paths: list[Path], overwrite: bool, flag: str, folder_fla
             claim_file(path, overwrite, flag)
     except OutputExists as error:
         raise UserError(str(error)) from None
-    require_writable(Path(paths[0]).parent, folder_flag)
-
-
-def check_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> None:
-    """A :class:`UserError` (one line) when ``env_id`` is not a registered env, listing this
-    project's and the user's text envs and the nearest id, or when ``env_kwargs`` holds a key
-    its constructor does not take. Builds nothing (an env can be expensive to build)."""
-    import gymnasium as gym
-
-    from agents.envs import check_env_settings
-    import paw_gym
-
-    if env_id not in gym.registry:
-        text_envs = list(paw_gym.list_text_envs())
-        nearest = difflib.get_close_matches(env_id, text_envs, n=1)
-        hint = f"did you mean {nearest[0]}? " if nearest else ""
-        raise UserError(f"unknown env id {env_id!r}; {hint}registered text envs: "
-                        f"{', '.join(text_envs)} (`paw-gym envs` describes them)")
-    try:
-        check_env_settings(env_id, env_kwargs)
-    except ValueError as error:
-        raise UserError(str(error)) from None
+    check_writable(Path(paths[0]).parent, folder_flag)
 
 
 def parse_env_kwargs(text: str) -> dict[str, Any]:

@@ -169,8 +169,8 @@ def build_agent(arguments: EvalArguments, env_id: str):
 
 
 def evaluate_command(arguments: EvalArguments) -> int:
-    from training.commands.common import (UserError, check_env, check_file_name,
-                                          claim_output_files, require_writable)
+    from training.commands.common import UserError, check_file_name, claim_output_files
+    from training.preflight import check_env, check_writable
     from training.infra.checkpoint import resolve_checkpoint
 
     check_file_name(arguments.name, "--name")
@@ -205,7 +205,7 @@ def evaluate_command(arguments: EvalArguments) -> int:
                         ("md", "json", "csv", "trajectories.jsonl")], arguments.overwrite,
                        "--name", "--out")
     if arguments.replay:
-        require_writable(arguments.replay, "--replay")
+        check_writable(arguments.replay, "--replay")
     try:
         agent = build_agent(arguments, env_id)
     except (ValueError, FileNotFoundError, OSError) as error:

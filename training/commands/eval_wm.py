@@ -121,7 +121,7 @@ def checkpoint_wm_context(checkpoint: str | None, trained: dict) -> str:
 def transition_rows(policy, examples, wm_context: str, max_seq_len: int) -> list[dict]:
     """Per task type (sorted) and overall: transitions, exact % and token % of the policy's
     teacher-forced next-observation prediction (``next_observation_accuracy``)."""
-    from training.pretrain import next_observation_accuracy
+    from training.warmstart.pretrain import next_observation_accuracy
     from training.world_model import OVERALL
 
     groups: dict[str, list] = {}

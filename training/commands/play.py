@@ -56,7 +56,8 @@ def run(args) -> int:
     from agents.base import Sampling
     from agents.baselines import ExpertAgent, RandomAgent
     from agents.envs import make_agent_env
-    from training.commands.common import UserError, check_env
+    from training.commands.common import UserError
+    from training.preflight import check_env
     from training.commands.flags import arguments_from
     from wrappers import RecordTransitions, WMReplay
 

@@ -26,7 +26,7 @@ class SFTArguments(CheckedConfig):
 
 def add_parser(subparsers) -> None:
     from training.commands.flags import add_command
-    from training.sft import SFTConfig
+    from training.warmstart.sft import SFTConfig
 
     add_command(subparsers, "sft", SFTArguments, config=SFTConfig,
                 help="supervised fine-tuning on expert transitions from a WMReplay",
@@ -35,10 +35,10 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from training.commands.common import (UserError, check_env, claim_output_folder,
-                                          require_writable)
+    from training.commands.common import UserError, claim_output_folder
+    from training.preflight import PreflightError, check_env, check_model, check_writable
     from training.commands.flags import arguments_from
-    from training.sft import SFTConfig, record_expert_episodes, run_sft
+    from training.warmstart.sft import SFTConfig, record_expert_episodes, run_sft
 
     config = arguments_from(args, SFTConfig)
     recording = arguments_from(args, SFTArguments)
@@ -48,16 +48,14 @@ def run(args) -> int:
                   **({"split": recording.split} if recording.split else {})}
     if recording.record_env:
         check_env(recording.record_env, env_kwargs)
-    from agents.hf_policy import check_model_source  # torch: once the arguments are valid
-
     try:  # before recording: a wrong --model must not cost the demos' time first
-        check_model_source(config.model)
-    except (ValueError, FileNotFoundError) as error:
-        raise UserError(f"--model: {error}") from error
+        check_model(config.model)
+    except PreflightError as error:
+        raise UserError(f"--model: {error}") from None
     # Before recording too: a refusal must not cost the demos' time first.
     claim_output_folder(config.output_dir, "sft", config.overwrite)
     if recording.record_env:
-        require_writable(config.replay, "--replay")
+        check_writable(config.replay, "--replay")
         added, skipped = record_expert_episodes(
             recording.record_env, recording.episodes, config.replay, seed=config.seed,
             progress=config.progress, **env_kwargs)

@@ -27,33 +27,23 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from pathlib import Path
-
-    from training.commands.common import UserError, check_env, require_writable
+    from training.commands.common import UserError
     from training.commands.flags import arguments_from
     from training.config import TrainConfig, first_steps
+    from training.preflight import PreflightError, preflight
 
     config = arguments_from(args, TrainConfig)
     resume = arguments_from(args, TrainArguments).resume
-    check_env(config.env_id, config.env_kwargs)
-    from agents.hf_policy import check_model_source  # torch: once the config is valid
-    from training.infra.checkpoint import (CheckpointError, CheckpointMismatch, CheckpointWriteError,
-                                           check_output_dir)
-    from training.infra.distributed import check_group_count, launched_world_size
-
     resume = True if resume == "latest" else resume
-    # Everything a user can get wrong, before the model loads and before any file is touched.
-    try:
-        check_output_dir(config.output_dir, bool(resume), config.overwrite)
-        check_model_source(config.model)
-        check_group_count(config, launched_world_size())
-        if config.init_checkpoint and not Path(config.init_checkpoint).is_dir():
-            raise FileNotFoundError(f"init_checkpoint {config.init_checkpoint!r} is not a folder")
-    except (ValueError, FileNotFoundError, FileExistsError) as error:
-        first = first_steps(args.config) if isinstance(error, FileNotFoundError) else None
+    from training.infra.distributed import launched_world_size
+
+    try:  # everything a user can get wrong, before the model loads and any file is touched
+        preflight(config, resume=bool(resume), world_size=launched_world_size())
+    except PreflightError as error:
+        first = first_steps(args.config) if error.missing_file else None
         raise UserError(str(error) + (f"; {args.config} says to run first: {first}"
-                                      if first else "")) from error
-    require_writable(config.output_dir, "--output_dir")
+                                      if first else "")) from None
+    from training.infra.checkpoint import CheckpointError, CheckpointMismatch, CheckpointWriteError
     from training.infra.distributed import shutdown
     from training.trainer import PaWTrainer
 

@@ -46,7 +46,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from training.commands.common import UserError, check_env, claim_output_folder
+    from training.commands.common import UserError, claim_output_folder
+    from training.preflight import check_env
     from training.commands.flags import arguments_from
     from training.world_model import WorldModelConfig, record_replay, train_world_model
 

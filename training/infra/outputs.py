@@ -67,7 +67,7 @@ def claim_folder(folder: str | Path, command: str, overwrite: bool,
 
 def claim_file(path: str | Path, overwrite: bool, flag: str) -> Path:
     """Refuse an existing ``path`` unless ``overwrite`` (whether its folder can be written is
-    ``training.commands.common.require_writable``'s question)."""
+    ``training.preflight.check_writable``'s question)."""
     path = Path(path)
     if path.is_dir():
         raise OutputExists(f"{flag} {str(path)!r} is a folder; give a file name")

@@ -52,6 +52,7 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -63,6 +64,7 @@ from agents.transcript import TRANSCRIPT_TEMPLATE, EpisodeSequence, TranscriptAg
 from agents.types import Trajectory
 from training.config import TrainConfig
 from training.infra.checked_config import check_bounds
+from training.preflight import check_env, check_model
 from training.rl.losses import WM_LOSS_KINDS, select_by_entropy, wm_token_loss
 from training.rl.objective import wm_weights
 from training.rl.rollout_batch import entropy_score, lambda_return, lambdas_of_returns
@@ -129,9 +131,9 @@ class EnvRollout:
                  template: str = TRANSCRIPT_TEMPLATE, stop: Sequence[str] = DEFAULT_STOP,
                  env_kwargs: dict[str, Any] | None = None, invalid_penalty: float | None = None,
                  action_format: str | None = None):
-        from agents.envs import check_env_settings, env_factory
+        from agents.envs import env_factory
 
-        check_env_settings(env_id, env_kwargs)
+        check_env(env_id, env_kwargs)
         if max_steps < 1 or max_new_tokens < 1:
             raise ValueError(f"max_steps ({max_steps}) and max_new_tokens ({max_new_tokens}) "
                              f"must be >= 1")
@@ -236,9 +238,7 @@ def env_tools(env_id: str, *, max_steps: int, template: str = TRANSCRIPT_TEMPLAT
               env_kwargs: dict[str, Any] | None = None) -> Callable[[], EnvTools]:
     """TRL ``environment_factory`` for ``env_id``: each call builds one :class:`EnvTools`
     (the id and ``env_kwargs`` are checked now, before TRL builds any)."""
-    from agents.envs import check_env_settings
-
-    check_env_settings(env_id, env_kwargs)
+    check_env(env_id, env_kwargs)
     return functools.partial(EnvTools, env_id, max_steps=max_steps, template=template,
                              env_kwargs=env_kwargs)
 
@@ -321,6 +321,8 @@ class PaWGRPOTrainer(GRPOTrainer):
             raise TypeError(f"env must be an EnvRollout, got {type(env).__name__}")
         if args is not None and not isinstance(args, PaWGRPOConfig):
             raise TypeError(f"args must be a PaWGRPOConfig, got {type(args).__name__}")
+        if isinstance(model, (str, Path)):  # before TRL loads it or asks the hub
+            check_model(model)
         super().__init__(model=model, reward_funcs=reward_funcs or [env_return], args=args,
                          rollout_func=env, **kwargs)
         self.env = env

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from agents.serialization import WMContext
+from training.config import LORA_TARGET_MODULES
 from training.infra.checked_config import CheckedConfig, bounded
 from training.world_model.rewards import DEFAULT_TAU, make_reward
 
@@ -90,9 +91,7 @@ class WorldModelConfig(CheckedConfig):
     """LoRA rank."""
     lora_alpha: int = 32
     """LoRA scaling numerator."""
-    lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj",
-                                                                    "o_proj", "gate_proj",
-                                                                    "up_proj", "down_proj"])
+    lora_target_modules: list[str] = field(default_factory=lambda: list(LORA_TARGET_MODULES))
     """Module names that get adapters."""
     token_budget: int = bounded(8192, 1)
     """Padded tokens per micro-batch (gradient accumulation beyond it)."""

@@ -22,7 +22,7 @@ predictions, and one loss step of ``sft`` / ``cmae`` (:func:`target_loss_step`) 
   of the transition in the PaW term's serialisation chat(h) ⊕ a ⊕ s ⊕ o_next
   (``wm_context``, :mod:`agents.serialization`), not in the prompt format of
   :mod:`training.world_model.data`: it trains the policy's own world model, which
-  :func:`training.pretrain.next_observation_accuracy` reads.
+  :func:`training.warmstart.pretrain.next_observation_accuracy` reads.
 """
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ def test_fsdp_training_on_every_gpu_saves_resumes_and_exports(tmp_path):
         kl_coef=0.05, n_groups=2 * processes, group_size=4, max_new_tokens=24,
         max_episode_steps=4, total_steps=2, save_every=1, device="cuda", dtype="float32",
         sharding="fsdp", mixed_precision="bf16", progress=False, seed=0)))
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(repo), *filter(None, [os.environ.get("PYTHONPATH")])])}
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",

@@ -1,21 +1,13 @@
-"""Shared fixtures: the custom test env registration and the location of ../shared/data."""
+"""Fixtures of every test folder (``tests/``, ``benchmarks/tests/``); importing
+:mod:`tests.common` registers the custom test env."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import gymnasium as gym
 import pytest
 
-import paw_gym
-
-#: Real datasets beside the repository (absent on a user's fresh checkout: tests skip).
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-
-GUESS_ID = "Test/GuessNumber-v0"
-if GUESS_ID not in gym.registry:
-    paw_gym.register_text_env(GUESS_ID, "tests.envs:GuessNumberEnv", max_episode_steps=6,
-                              description="guess a hidden number (test env)")
+from tests.common import SHARED_DATA
 
 
 @pytest.fixture

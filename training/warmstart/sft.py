@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from training.config import LORA_TARGET_MODULES
 from training.infra.checked_config import CheckedConfig, bounded
 
 # torch and the batching code are imported inside the functions: ``paw-gym`` imports this
@@ -52,9 +53,7 @@ class SFTConfig(CheckedConfig):
     """LoRA rank."""
     lora_alpha: int = 32
     """LoRA scaling numerator."""
-    lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj",
-                                                                    "o_proj", "gate_proj",
-                                                                    "up_proj", "down_proj"])
+    lora_target_modules: list[str] = field(default_factory=lambda: list(LORA_TARGET_MODULES))
     """Module names that get adapters."""
     seed: int = bounded(0, 0, 2**32, high_open=True)
     """Shuffling and initialisation seed."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 #: The paper's table and figure scripts (scripts/gpu_check.sh is the GPU check, not one of them).
 SCRIPTS = sorted(p for p in (REPO / "scripts").glob("*.sh") if p.name.startswith(("table", "figure")))
 

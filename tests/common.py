@@ -1,0 +1,18 @@
+"""What the tests share besides fixtures (those are in the repository's ``conftest.py``): the
+custom test env's id, registered on import, and where the real datasets are."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+
+import paw_gym
+
+#: Real datasets beside the repository (absent on a user's fresh checkout: tests skip).
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+GUESS_ID = "Test/GuessNumber-v0"
+if GUESS_ID not in gym.registry:
+    paw_gym.register_text_env(GUESS_ID, "tests.envs:GuessNumberEnv", max_episode_steps=6,
+                              description="guess a hidden number (test env)")
