@@ -87,7 +87,7 @@ def check_model_folder(path: Path) -> None:
 
 #: How to get a model without the hub, for the errors below.
 _GET_A_MODEL = ("give a local model folder, build the offline one with `paw-gym "
-                "build-tiny-model --out runs/tiny-micro`, or go online")
+                "build-tiny-model --output_dir runs/tiny-micro`, or go online")
 
 
 def _check_hub_model(name: str) -> None:

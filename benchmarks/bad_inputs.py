@@ -140,7 +140,7 @@ def _eval_checkpoint(damage: Callable[[Path], None]) -> Callable[[Path], int]:
         out = _checkpoint_with(work, damage)
         return main(["eval", "--env", "PaW/Shelf-v0", "--checkpoint",
                      str(latest_checkpoint(out) or out), "--limit", "1",
-                     "--out", str(work / "eval")])
+                     "--output_dir", str(work / "eval")])
     return run
 
 
@@ -190,7 +190,7 @@ def cases() -> list[Case]:
         Case("play", "--episodes 10**12", cli("play", "--env", "PaW/Shelf-v0", "--episodes",
                                              str(10**12)), "episodes=1000000000000 is invalid"),
         Case("gen-alfworld", "--per_type 10**12",
-             cli("gen-alfworld", "--out", "{work}/alf", "--per_type", str(10**12)),
+             cli("gen-alfworld", "--output_dir", "{work}/alf", "--per_type", str(10**12)),
              "per_type=1000000000000 is invalid"),
         Case("model folder", "config.json auto_map (remote code)",
              _model_changed(_edit_json("config.json", "auto_map",
@@ -257,15 +257,15 @@ def cases() -> list[Case]:
             _truncate("model/*.safetensors", 100)), "safetensors is damaged"),
         Case("eval", "checkpoint folder missing", cli(
             "eval", "--env", "PaW/Shelf-v0", "--checkpoint", "{work}/nope", "--limit", "1",
-            "--out", "{work}/eval"), "nope"),
+            "--output_dir", "{work}/eval"), "nope"),
         Case("eval", "--limit 0", cli("eval", "--env", "PaW/Shelf-v0", "--agent", "random",
                                        "--limit", "0"), "limit"),
         Case("eval", "--split of another env", cli(
             "eval", "--env", "PaW/Shelf-v0", "--agent", "random", "--split",
             "eval_out_of_distribution"), "eval_out_of_distribution"),
-        Case("eval", "unwritable --out", lambda work: cli(
+        Case("eval", "unwritable --output_dir", lambda work: cli(
             "eval", "--env", "PaW/Shelf-v0", "--agent", "random", "--limit", "1",
-            "--out", str(write("file", "x")(work) / "out"))(work), "not writable"),
+            "--output_dir", str(write("file", "x")(work) / "out"))(work), "not writable"),
         # -- data files ---------------------------------------------------------------------
         Case("replay", "row with won: 'no'", api(lambda work: _load_replay_strict(work, {
             "won": "no"})), "won"),
@@ -311,9 +311,9 @@ def cases() -> list[Case]:
             _tiny(work), write("mine/model.safetensors", "a user's model")(work),
             cli("sft", "--model", "{work}/tiny", "--output_dir", "{work}/mine")(work))[2],
             "pass --overwrite true"),
-        Case("build-tiny-model", "--out with a user's files", lambda work: (
+        Case("build-tiny-model", "--output_dir with a user's files", lambda work: (
             write("mine/config.json", "{}")(work),
-            cli("build-tiny-model", "--out", "{work}/mine")(work))[1], "pass --overwrite true"),
+            cli("build-tiny-model", "--output_dir", "{work}/mine")(work))[1], "pass --overwrite true"),
         Case("train-wm", "--rho -1", cli("train-wm", "--rho", "-1", "--replay", "."),
              "rho=-1.0 is invalid"),
         Case("train-wm", "--output_dir with a user's files", lambda work: (
@@ -328,7 +328,7 @@ def cases() -> list[Case]:
         Case("eval", "--max_steps 0", cli("eval", "--env", "PaW/Shelf-v0", "--agent", "random",
                                           "--max_steps", "0"), "max_steps=0 is invalid"),
         Case("eval", "--name ../../x", cli("eval", "--env", "PaW/Shelf-v0", "--agent", "random",
-                                           "--name", "../../x", "--out", "{work}/out"),
+                                           "--name", "../../x", "--output_dir", "{work}/out"),
              "plain file name"),
         Case("serve-retriever", "--port 70000", cli("serve-retriever", "--port", "70000"),
              "port=70000 is invalid"),
@@ -368,7 +368,7 @@ def cases() -> list[Case]:
         Case("eval-wm", "--tau 2", cli("eval-wm", "--tau", "2", "--model", "m"), "tau=2.0"),
         Case("eval-wm", "--samples 0", cli("eval-wm", "--samples", "0", "--model", "m"),
              "samples=0"),
-        Case("build-tiny-model", "--epsilon 2", cli("build-tiny-model", "--out", "{work}/tiny2",
+        Case("build-tiny-model", "--epsilon 2", cli("build-tiny-model", "--output_dir", "{work}/tiny2",
                                                     "--epsilon", "2"), "epsilon=2.0"),
         Case("demo", "--expert_epsilon 3", cli("demo", "--expert_epsilon", "3",
                                                "--output_dir", "{work}/demo"),

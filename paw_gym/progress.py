@@ -2,9 +2,10 @@
 
 In a terminal, a tqdm bar. Anywhere else (a log file, CI, ``nohup``), tqdm would still redraw
 its bar with ``\\r`` and escape codes, thousands of times in a long run; there
-:func:`progress_bar` prints a plain line at most every 10 % of the total (or every
-``min_interval`` seconds when the total is unknown) instead, with the same ``update`` /
-``set_postfix`` / ``write`` / ``close`` calls.
+:func:`progress_bar` prints a plain line at each further 10 % of the total and at least every
+``min_interval`` (15) seconds of progress instead, with the same ``update`` / ``set_postfix`` /
+``write`` / ``close`` calls. :func:`quiet_libraries` keeps the libraries' own bars and
+warnings out of paw-gym's output.
 
 Example:
     >>> bar = progress_bar(total=100, desc="rollout", disable=False)   # doctest: +SKIP
@@ -36,9 +37,42 @@ def quiet_outside_terminal() -> None:
     disable_progress_bars()
 
 
+#: Warnings the libraries under paw-gym raise about their own internals or APIs (the user
+#: cannot act on them): shown with ``--verbose``.
+LIBRARY_WARNING_MODULES = r"(transformers|peft|trl|accelerate|huggingface_hub|datasets)(\..*)?"
+
+
+def quiet_libraries() -> None:
+    """paw-gym's output is its own report: turn off the progress bars of transformers,
+    huggingface_hub and datasets ("Loading weights", "Writing model shards", "Map"), their
+    deprecation and future warnings, transformers' advisory log lines and TRL's notice about
+    its experimental module. Every ``paw-gym`` command calls it unless given ``--verbose``."""
+    import logging
+    import os
+    import warnings
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # read when trl.experimental loads
+    for category in (FutureWarning, DeprecationWarning, PendingDeprecationWarning):
+        warnings.filterwarnings("ignore", category=category, module=LIBRARY_WARNING_MODULES)
+    from huggingface_hub.utils import disable_progress_bars
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    transformers_logging.set_verbosity_error()
+    disable_progress_bars()
+    try:
+        from datasets.utils import logging as datasets_logging
+    except ImportError:
+        pass
+    else:
+        datasets_logging.disable_progress_bar()
+        datasets_logging.set_verbosity_error()
+    logging.getLogger("peft").setLevel(logging.ERROR)
+
+
 def progress_bar(iterable: Iterable | None = None, *, total: int | None = None, desc: str = "",
                  unit: str = "it", initial: int = 0, disable: bool = False, leave: bool = True,
-                 file: TextIO | None = None, min_interval: float = 30.0):
+                 file: TextIO | None = None, min_interval: float = 15.0):
     """A tqdm bar in a terminal, else a :class:`LineProgress` (no ``\\r``, few lines); like
     tqdm, it wraps ``iterable`` when one is given."""
     stream = sys.stderr if file is None else file
@@ -55,7 +89,8 @@ def progress_bar(iterable: Iterable | None = None, *, total: int | None = None, 
 
 class LineProgress:
     """tqdm's bar interface, printing ``desc: n/total unit (elapsed) postfix`` lines: at every
-    further 10 % of ``total``, or every ``min_interval`` seconds without a total, and at close."""
+    further 10 % of ``total`` and whenever ``min_interval`` seconds passed without one (no phase
+    is silent for longer in a log file), and at close."""
 
     def __init__(self, iterable: Iterable | None = None, *, total: int | None, desc: str,
                  unit: str, initial: int, disable: bool, file: TextIO, min_interval: float):
@@ -70,11 +105,10 @@ class LineProgress:
         self.n += n
         if self.disable:
             return
+        due = time.monotonic() - self._last_print >= self.min_interval
         if self.total:
             step = max(1, self.total // 10)
-            due = self.n // step > (self._printed_n or 0) // step or self.n >= self.total
-        else:
-            due = time.monotonic() - self._last_print >= self.min_interval
+            due = due or self.n // step > (self._printed_n or 0) // step or self.n >= self.total
         if due and self.n != self._printed_n:
             self._print()
 

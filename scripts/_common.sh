@@ -17,6 +17,6 @@ paper_pair() {
         local out="runs/paper/${name}-paw-${paw}"
         paw-gym train --config "$config" --paw "$paw" --output_dir "$out" "$@"
         paw-gym eval --checkpoint "$(ls -d "$out"/checkpoints/step-* | tail -1)" \
-            --out "$out/eval"
+            --output_dir "$out/eval"
     done
 }

@@ -58,7 +58,7 @@ def test_corpus_comes_from_the_agent_loop():
 def test_cli_builds_a_loadable_model(tmp_path, capsys):
     out = tmp_path / "tiny"
     assert main(["build-tiny-model", "--env", GUESS_ID, "--size", "nano", "--episodes", "2",
-                 "--out", str(out)]) == 0
+                 "--output_dir", str(out)]) == 0
     assert "wrote nano model" in capsys.readouterr().out
     tokenizer = AutoTokenizer.from_pretrained(out)
     # env text was in the training data: its words are single tokens
@@ -67,7 +67,7 @@ def test_cli_builds_a_loadable_model(tmp_path, capsys):
     # A second build into the same folder is refused (it held a user's model files) unless
     # --overwrite, which replaces only what the first build wrote.
     weights = next(out.glob("*.safetensors")).read_bytes()
-    command = ["build-tiny-model", "--env", GUESS_ID, "--episodes", "2", "--seed", "1", "--out",
+    command = ["build-tiny-model", "--env", GUESS_ID, "--episodes", "2", "--seed", "1", "--output_dir",
                str(out)]
     assert main(command) == 2
     assert "already holds the output of an earlier `paw-gym build-tiny-model`; pass " \
@@ -78,9 +78,9 @@ def test_cli_builds_a_loadable_model(tmp_path, capsys):
 
 
 def test_cli_names_bad_input(tmp_path, capsys):
-    assert main(["build-tiny-model", "--env", "Nope/Missing-v0", "--out", str(tmp_path)]) == 2
+    assert main(["build-tiny-model", "--env", "Nope/Missing-v0", "--output_dir", str(tmp_path)]) == 2
     assert "Nope/Missing-v0" in capsys.readouterr().err
-    assert main(["build-tiny-model", "--import", "no_such_module_xyz", "--out",
+    assert main(["build-tiny-model", "--import", "no_such_module_xyz", "--output_dir",
                  str(tmp_path)]) == 2
     assert "no_such_module_xyz" in capsys.readouterr().err
 
@@ -88,7 +88,7 @@ def test_cli_names_bad_input(tmp_path, capsys):
 @pytest.mark.parametrize("loss_on", ["all", "action"])
 def test_cli_pretrains_on_noisy_expert_episodes(tmp_path, capsys, loss_on):
     out = tmp_path / "tiny"
-    assert main(["build-tiny-model", "--env", GUESS_ID, "--episodes", "2", "--out", str(out),
+    assert main(["build-tiny-model", "--env", GUESS_ID, "--episodes", "2", "--output_dir", str(out),
                  "--pretrain-steps", "20", "--pretrain-episodes", "10", "--epsilon", "0.3",
                  "--pretrain-loss-on", loss_on]) == 0
     printed = capsys.readouterr().out
@@ -107,5 +107,5 @@ def test_cli_pretrains_on_noisy_expert_episodes(tmp_path, capsys, loss_on):
 ])
 def test_cli_names_bad_pretraining_flags_before_any_work(tmp_path, capsys, flags, named):
     out = tmp_path / "tiny"
-    assert main(["build-tiny-model", "--out", str(out), *flags]) == 2
+    assert main(["build-tiny-model", "--output_dir", str(out), *flags]) == 2
     assert named in capsys.readouterr().err and not out.exists()

@@ -222,19 +222,19 @@ def test_generation_is_deterministic_and_uses_held_out_scenes_for_ood(tmp_path):
 def test_cli_gen_alfworld_writes_official_layout(tmp_path, capsys):
     from training.cli import main
 
-    code = main(["gen-alfworld", "--out", str(tmp_path), "--per-type", "1", "--no-progress",
+    code = main(["gen-alfworld", "--output_dir", str(tmp_path), "--per-type", "1", "--no-progress",
                  "--splits", "eval_in_distribution", "--task-types", "pick_heat_then_place_in_recep"])
     assert code == 0
     games = list((tmp_path / "json_2.1.1" / "valid_seen").rglob("game.tw-pddl"))
     assert len(games) == 1 and "pick_heat_then_place_in_recep-" in str(games[0])
     assert "1 games written" in capsys.readouterr().out
-    assert main(["gen-alfworld", "--out", str(tmp_path), "--per-type", "0"]) == 2
+    assert main(["gen-alfworld", "--output_dir", str(tmp_path), "--per-type", "0"]) == 2
     # Games paw-gym did not generate (the official data placed there) are never wiped.
     official = tmp_path / "json_2.1.1" / "valid_unseen" / "pick_and_place_simple-x" / "trial-1"
     official.mkdir(parents=True)
     (official / "game.tw-pddl").write_text("{}")
     capsys.readouterr()
-    assert main(["gen-alfworld", "--out", str(tmp_path), "--per-type", "1", "--no-progress",
+    assert main(["gen-alfworld", "--output_dir", str(tmp_path), "--per-type", "1", "--no-progress",
                  "--splits", "eval_out_of_distribution", "--task-types",
                  "pick_heat_then_place_in_recep"]) == 2
     assert "valid_unseen holds games paw-gym did not generate" in capsys.readouterr().err

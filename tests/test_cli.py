@@ -50,9 +50,9 @@ def test_help_without_subcommand():
 
 
 @pytest.mark.parametrize("command", [
-    ["eval", "--env", "Test/GuessNumber-v0", "--agent", "expert", "--out"],
+    ["eval", "--env", "Test/GuessNumber-v0", "--agent", "expert", "--output_dir"],
     ["sft", "--model", "{model}", "--record-env", "Test/GuessNumber-v0", "--output_dir"],
-    ["build-tiny-model", "--out"],
+    ["build-tiny-model", "--output_dir"],
     ["demo", "--output_dir"],
 ])
 def test_an_unwritable_output_folder_fails_before_any_work(tmp_path, capsys, command,
@@ -64,3 +64,20 @@ def test_an_unwritable_output_folder_fails_before_any_work(tmp_path, capsys, com
     err = capsys.readouterr().err
     assert f"{str(blocker / 'out')!r} is not writable" in err
     assert not (tmp_path / "runs").exists()
+
+
+def test_library_warnings_show_only_with_verbose(tiny_model_dir, tmp_path):
+    """transformers warns about its own deprecations when LoRA wraps the model: paw-gym's
+    output leaves it out, and ``--verbose`` shows it."""
+    stderr = {}
+    for flag in ([], ["--verbose"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "training.cli", "train", *flag, "--model", str(tiny_model_dir),
+             "--env_id", "PaW/Shelf-v0", "--total_steps", "1", "--n_groups", "1",
+             "--group_size", "2", "--max_new_tokens", "8", "--device", "cpu",
+             "--output_dir", str(tmp_path / f"run{len(flag)}")],
+            capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        stderr[bool(flag)] = done.stderr
+    assert "FutureWarning" in stderr[True]
+    assert "Warning" not in stderr[False] and "\r" not in stderr[False]

@@ -155,7 +155,7 @@ def test_eval_with_env_workers_gives_the_same_tables(tmp_path):
 
     for workers in (0, 2):
         assert main(["eval", "--env", "PaW/Shelf-v0", "--agent", "random", "--limit", "6",
-                     "--num_env_workers", str(workers), "--out", str(tmp_path),
+                     "--num_env_workers", str(workers), "--output_dir", str(tmp_path),
                      "--name", f"w{workers}"]) == 0
     rows = [json.loads((tmp_path / f"w{w}.json").read_text())["rows"] for w in (0, 2)]
     assert rows[0] == rows[1]

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import dataclasses
 import typing
 from pathlib import Path
@@ -138,7 +140,7 @@ def test_env_kwargs_errors_name_the_item_and_repeats_add_up():
     assert parse_env_kwargs("tasks=[a, b],name='x,y'") == {"tasks": ["a", "b"], "name": "x,y"}
     from training.commands.build_tiny_model import TinyModelArguments
 
-    arguments = arguments_from(parse("build-tiny-model", "--out", "o", "--env", "A", "--env",
+    arguments = arguments_from(parse("build-tiny-model", "--output_dir", "o", "--env", "A", "--env",
                                      "B,C", "--env_kwargs", "a=1", "--env_kwargs", "b=2"),
                                TinyModelArguments)
     assert arguments.envs == ["A", "B", "C"] and arguments.env_kwargs == {"a": 1, "b": 2}
@@ -167,6 +169,47 @@ def test_an_unknown_flag_suggests_the_nearest(capsys):
         in err
     assert "did you mean --episodes?" in usage_error(capsys, "play", "--env", GUESS_ID,
                                                      "--episode", "2")
+
+
+def _commands():
+    return build_parser()._subparsers._group_actions[0].choices  # noqa: SLF001
+
+
+@pytest.mark.parametrize("command", sorted(_commands()))
+def test_every_commands_unknown_flag_gets_the_nearest_one(capsys, command):
+    parser = _commands()[command]
+    parser.add_field_arguments()
+    flags = [flag for action in parser._actions for flag in action.option_strings  # noqa: SLF001
+             if flag.startswith("--") and len(flag) > 6 and flag != "--help"
+             and action.help != argparse.SUPPRESS]
+    if not flags:
+        pytest.skip(f"{command} has no flags")
+    typo = flags[0][:-1]  # the last letter missing
+    err = usage_error(capsys, command, typo, "1")
+    assert f"({typo}: did you mean {flags[0]}?)" in err, err
+
+
+@pytest.mark.parametrize("command", ["eval", "eval-wm", "build-tiny-model", "gen-alfworld"])
+def test_output_folders_are_output_dir_and_the_former_out_still_works(capsys, command):
+    from training.commands.flags import arguments_from
+
+    parser = _commands()[command]
+    parser.add_field_arguments()
+    dataclass = parser.dataclass_types[0]
+    for flag in ("--output_dir", "--output-dir"):
+        assert arguments_from(parse(command, flag, "somewhere"), dataclass).output_dir == \
+            "somewhere"
+    capsys.readouterr()
+    assert arguments_from(parse(command, "--out", "there"), dataclass).output_dir == "there"
+    assert capsys.readouterr().err == (f"paw-gym {command}: --out is deprecated and will be "
+                                       f"removed; use --output_dir\n")
+    assert "--out " not in " ".join(parser.format_help().split())
+
+
+@pytest.mark.parametrize("command", ["build-tiny-model", "gen-alfworld"])
+def test_a_required_output_folder_is_required_under_either_name(capsys, command):
+    assert usage_error(capsys, command).endswith(
+        "error: the following arguments are required: --output_dir\n")
 
 
 def test_help_shows_types_and_defaults(capsys):
@@ -208,7 +251,7 @@ def test_a_bad_config_file_is_one_user_error(tmp_path):
 @pytest.mark.parametrize("command", [
     ["train", "--env_id", "PaW/WebShp-v0", "--output_dir"],
     ["sft", "--record_env", "PaW/WebShp-v0", "--output_dir"],
-    ["build-tiny-model", "--env", "PaW/WebShp-v0", "--out"],
+    ["build-tiny-model", "--env", "PaW/WebShp-v0", "--output_dir"],
     ["play", "--env", "PaW/WebShp-v0", "--replay"],
 ])
 def test_unknown_env_ids_are_one_line_listing_text_envs(tmp_path, capsys, command):

@@ -94,13 +94,13 @@ def test_train_reports_what_the_config_says_to_build_first(tmp_path, capsys):
     from training.cli import main
 
     config = tmp_path / "x.yaml"
-    config.write_text("# first: paw-gym build-tiny-model --out runs/base\n"
+    config.write_text("# first: paw-gym build-tiny-model --output_dir runs/base\n"
                       "model: runs/base/model\nenv_id: PaW/Shelf-v0\n"
                       f"output_dir: {tmp_path / 'run'}\n")
     assert main(["train", "--config", str(config)]) == 2
     assert capsys.readouterr().err == (
         "paw-gym train: error: model folder 'runs/base/model' does not exist; "
-        f"{config} says to run first: paw-gym build-tiny-model --out runs/base\n")
+        f"{config} says to run first: paw-gym build-tiny-model --output_dir runs/base\n")
 
 
 def test_the_trl_trainer_checks_its_model_before_trl_loads_it(tmp_path):

@@ -48,5 +48,5 @@ def test_train_names_the_first_steps_when_the_model_is_missing(tmp_path, monkeyp
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "'runs/tiny-alfworld'" in err
     assert err.strip().endswith(f"{path} says to run first: paw-gym build-tiny-model --env "
-                                "PaW/ALFWorld-v0 --out runs/tiny-alfworld")
+                                "PaW/ALFWorld-v0 --output_dir runs/tiny-alfworld")
     assert not (tmp_path / "runs").exists()  # nothing created on the way

@@ -56,24 +56,24 @@ def test_write_tables_markdown_json_csv(tmp_path):
 
 def test_expert_eval_through_the_cli(tmp_path, capsys):
     assert main(["eval", "--env", ENV, "--agent", "expert", "--limit", "6",
-                 "--out", str(tmp_path), "--name", "expert"]) == 0
+                 "--output_dir", str(tmp_path), "--name", "expert"]) == 0
     data = json.loads((tmp_path / "expert.json").read_text())
     assert data["rows"][-1]["success"] == 100.0 and data["rows"][-1]["episodes"] == 6
     assert data["meta"]["split"] is None and data["meta"]["task_seeds"] == list(range(6))
     assert "expert on Test/GuessNumber-v0" in capsys.readouterr().out
     # the same tables again are refused; another name is fine
     assert main(["eval", "--env", ENV, "--agent", "expert", "--limit", "6",
-                 "--out", str(tmp_path), "--name", "expert"]) == 2
+                 "--output_dir", str(tmp_path), "--name", "expert"]) == 2
     assert "expert.md' already exists; pass --overwrite true" in capsys.readouterr().err
 
 
 def test_eval_defaults_to_the_held_out_split_and_names_bad_values(tmp_path, capsys):
-    assert main(["eval", "--env", "PaW/Shelf-v0", "--agent", "random", "--out",
+    assert main(["eval", "--env", "PaW/Shelf-v0", "--agent", "random", "--output_dir",
                  str(tmp_path)]) == 0
     data = json.loads((tmp_path / "random_Shelf-v0_test.json").read_text())
     assert data["meta"]["split"] == "test" and data["meta"]["episodes"] == 48
     assert main(["eval", "--env", "PaW/Shelf-v0", "--agent", "random", "--split", "nope",
-                 "--out", str(tmp_path)]) == 2
+                 "--output_dir", str(tmp_path)]) == 2
     assert "split 'nope'" in capsys.readouterr().err
     assert main(["eval", "--env", "PaW/Shelf", "--agent", "random"]) == 2
     assert "did you mean PaW/Shelf-v0" in capsys.readouterr().err
@@ -85,7 +85,7 @@ def test_eval_defaults_to_the_held_out_split_and_names_bad_values(tmp_path, caps
     assert "max_steps=0 is invalid; expected an integer >= 1" in capsys.readouterr().err
     for command in (["eval", "--env", "PaW/Shelf-v0"], ["eval-wm"]):  # files stay inside --out
         assert main([*command, "--model", "m", "--name", "../../x",
-                     "--out", str(tmp_path / "out")]) == 2
+                     "--output_dir", str(tmp_path / "out")]) == 2
         assert "--name '../../x': give a plain file name" in capsys.readouterr().err
     assert not (tmp_path / "out").exists() and not (tmp_path.parent.parent / "x.md").exists()
 
@@ -136,7 +136,7 @@ def test_train_command_and_eval_of_its_checkpoint(tiny_model_dir, tmp_path, caps
                       f"device: cpu\nprogress: false\noutput_dir: {tmp_path / 'run'}\n")
     assert main(["train", "--config", str(config), "--algo", "gigpo", "--lora", "true"]) == 0
     checkpoint = next((tmp_path / "run" / "checkpoints").iterdir())
-    assert main(["eval", "--checkpoint", str(checkpoint), "--limit", "2", "--out",
+    assert main(["eval", "--checkpoint", str(checkpoint), "--limit", "2", "--output_dir",
                  str(tmp_path), "--name", "eval"]) == 0
     meta = json.loads((tmp_path / "eval.json").read_text())["meta"]
     assert meta["episodes"] == 2 and meta["env_id"] == ENV and meta["checkpoint_step"] == 1
@@ -146,7 +146,7 @@ def test_train_command_and_eval_of_its_checkpoint(tiny_model_dir, tmp_path, caps
     shutil.copytree(tmp_path / "run", tmp_path / "demo" / "rl")
     for folder in ("run", "demo"):
         capsys.readouterr()
-        assert main(["eval", "--checkpoint", str(tmp_path / folder), "--limit", "2", "--out",
+        assert main(["eval", "--checkpoint", str(tmp_path / folder), "--limit", "2", "--output_dir",
                      str(tmp_path), "--name", f"eval-{folder}"]) == 0
         assert f"the latest checkpoint of {tmp_path / folder}" in capsys.readouterr().out
         meta = json.loads((tmp_path / f"eval-{folder}.json").read_text())["meta"]

@@ -206,7 +206,7 @@ def test_cmae_trains_on_the_target_tokens(tiny_model_dir, guess_replay, tmp_path
     from training.warmstart.pretrain import next_observation_accuracy
     from training.world_model import load_examples, select_split
 
-    assert main(["eval-wm", "--checkpoint", str(out), "--out", str(tmp_path / "eval"),
+    assert main(["eval-wm", "--checkpoint", str(out), "--output_dir", str(tmp_path / "eval"),
                  "--name", "cmae"]) == 0
     table = json.loads((tmp_path / "eval" / "cmae.json").read_text())
     assert table["meta"]["format"] == "transition" and table["meta"]["wm_context"] == "next_turn"
@@ -255,7 +255,7 @@ def test_eval_wm_reproduces_its_table_from_the_predictions(sft_model, guess_repl
                                                            torch_one_thread, minilm):
     out = tmp_path / "eval"
     assert main(["eval-wm", "--checkpoint", str(sft_model), "--split", "all", "--limit", "8",
-                 "--samples", "3", "--max_new_tokens", "24", "--out", str(out), "--name",
+                 "--samples", "3", "--max_new_tokens", "24", "--output_dir", str(out), "--name",
                  "sft"]) == 0
     table = json.loads((out / "sft.json").read_text())
     predictions = [json.loads(line) for line in
@@ -268,7 +268,7 @@ def test_eval_wm_reproduces_its_table_from_the_predictions(sft_model, guess_repl
     assert overall["exact"] == pytest.approx(100 * sum(exact) / len(exact))
     assert overall["exact"] > 0  # the SFT model gets some Go higher. / Go lower. right
     assert main(["eval-wm", "--from_predictions", str(out / "sft.predictions.jsonl"),
-                 "--out", str(out), "--name", "again"]) == 0
+                 "--output_dir", str(out), "--name", "again"]) == 0
     assert json.loads((out / "again.json").read_text())["rows"] == table["rows"]
     assert table["meta"]["split"] == "all" and table["meta"]["transitions"] == 8
 
@@ -282,7 +282,7 @@ def test_eval_wm_refuses_the_split_of_an_output_of_the_earlier_id_keyed_train_wm
     earlier = tmp_path / "earlier"
     earlier.mkdir()
     (earlier / "wm_config.json").write_text(json.dumps(saved))
-    assert main(["eval-wm", "--checkpoint", str(earlier), "--out", str(tmp_path / "eval")]) == 2
+    assert main(["eval-wm", "--checkpoint", str(earlier), "--output_dir", str(tmp_path / "eval")]) == 2
     error = capsys.readouterr().err.strip()
     assert "\n" not in error and "split episodes by their random ids" in error, error
     assert "--split all" in error and not (tmp_path / "eval").exists()

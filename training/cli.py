@@ -79,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if not getattr(args, "verbose", False):
+        from paw_gym.progress import quiet_libraries
+
+        quiet_libraries()
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

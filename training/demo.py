@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.serialization import WMContext
+from paw_gym.progress import quiet_libraries
 from training.infra.checked_config import CheckedConfig, bounded, check_config
 
 
@@ -127,20 +128,6 @@ class DemoConfig(CheckedConfig):
     machine with a bigger model)."""
 
 
-def quiet_libraries() -> None:
-    """The demo's output is its own report: no "Writing model shards" / "Loading weights" bars
-    from transformers and huggingface_hub, and no deprecation warning that transformers raises
-    about its own internals."""
-    import warnings
-
-    from huggingface_hub.utils import disable_progress_bars
-    from transformers.utils import logging
-
-    logging.disable_progress_bar()
-    disable_progress_bars()
-    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
-
-
 def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     """Run the whole pipeline; returns the before/after overall rows and timings."""
     import torch
@@ -153,7 +140,7 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     check_demo_config(config)
     out = claim_folder(config.output_dir, "demo", config.overwrite)
     torch.set_num_threads(config.threads)
-    quiet_libraries()
+    quiet_libraries()  # the demo's output is its report, from the CLI or from Python
     timings: dict[str, float] = {}
     clock = time.perf_counter()
 

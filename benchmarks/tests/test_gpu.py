@@ -132,6 +132,6 @@ def test_fsdp_training_on_every_gpu_saves_resumes_and_exports(tmp_path):
                for p in exported.parameters())
     played = subprocess.run([sys.executable, "-m", "training.cli", "eval", "--checkpoint",
                              str(tmp_path / "run"), "--limit", "2", "--device", "cuda",
-                             "--out", str(tmp_path / "eval")],
+                             "--output_dir", str(tmp_path / "eval")],
                             env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert played.returncode == 0, played.stderr[-4000:]

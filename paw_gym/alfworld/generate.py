@@ -85,7 +85,7 @@ def check_replaceable(config: GenerationConfig, split: str) -> None:
             and not (root / IN_PROGRESS).exists():
         raise FileExistsError(f"{root} holds games paw-gym did not generate (the official "
                               "ALFWorld data?); generating would replace them, so give "
-                              "another --out")
+                              "another --output_dir")
 
 
 def _scenes_for(split: str, task_type: str) -> list[int]:

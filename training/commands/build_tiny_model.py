@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from training.commands.flags import former_names
 from training.infra.checked_config import CheckedConfig, bounded
 
 
@@ -13,7 +14,7 @@ from training.infra.checked_config import CheckedConfig, bounded
 class TinyModelArguments(CheckedConfig):
     """What ``paw-gym build-tiny-model`` builds and from which env text."""
 
-    out: str
+    output_dir: str = field(metadata=former_names("out"))
     """Output directory."""
     envs: list[str] = field(default_factory=list, metadata={"aliases": ["--env"]})
     """Env ids to take text from (--env A --env B, or --env A,B); none: only the templates."""
@@ -45,7 +46,7 @@ class TinyModelArguments(CheckedConfig):
     imports: list[str] = field(default_factory=list, metadata={"aliases": ["--import"]})
     """Modules to import first (e.g. one that registers a custom env)."""
     overwrite: bool = False
-    """Replace what an earlier paw-gym command wrote in --out (refused otherwise)."""
+    """Replace what an earlier paw-gym command wrote in --output_dir (refused otherwise)."""
 
 
 def add_parser(subparsers) -> None:
@@ -78,7 +79,7 @@ def run(args) -> int:
         check_env(env_id, arguments.env_kwargs)
     if arguments.pretrain_steps and not arguments.envs:
         raise UserError("--pretrain-steps needs at least one --env to take episodes from")
-    claim_output_folder(arguments.out, "build-tiny-model", arguments.overwrite, flag="--out")
+    claim_output_folder(arguments.output_dir, "build-tiny-model", arguments.overwrite)
 
     from agents.corpus import env_texts, template_texts
     from agents.tiny_model import build_tiny_model, count_parameters
@@ -92,7 +93,7 @@ def run(args) -> int:
     except (ValueError, TypeError, FileNotFoundError) as error:
         raise UserError(f"could not play {arguments.envs} with "
                         f"{env_kwargs or 'default settings'}: {error}") from None
-    out = build_tiny_model(texts, arguments.out, size=arguments.size, seed=arguments.seed)
+    out = build_tiny_model(texts, arguments.output_dir, size=arguments.size, seed=arguments.seed)
     from transformers import AutoModelForCausalLM
 
     parameters = count_parameters(AutoModelForCausalLM.from_pretrained(out))

@@ -17,12 +17,12 @@ class UserError(Exception):
 
 
 def check_file_name(name: str | None, flag: str) -> None:
-    """A ``--name`` that names files inside ``--out``: a plain file name, so that nothing is
-    written outside ``--out`` (``--name ../../x`` did)."""
+    """A ``--name`` that names files inside ``--output_dir``: a plain file name, so that nothing is
+    written outside ``--output_dir`` (``--name ../../x`` did)."""
     if name is not None and (not name.strip() or Path(name).name != name
                              or name in (".", "..")):
         raise UserError(f"{flag} {name!r}: give a plain file name (no folders); the files go "
-                        "into --out")
+                        "into --output_dir")
 
 
 def claim_output_folder(folder: str | Path, command: str, overwrite: bool,

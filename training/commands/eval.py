@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 AGENTS = ("policy", "react", "reflexion", "random", "expert")
 
+from training.commands.flags import former_names
 from training.infra.checked_config import CheckedConfig, bounded
 
 
@@ -60,12 +61,12 @@ class EvalArguments(CheckedConfig):
     2 cores)."""
     device: str | None = None
     """Torch device of the policy (default: cuda when available, else cpu)."""
-    out: str = "runs/eval"
+    output_dir: str = field(default="runs/eval", metadata=former_names("out"))
     """Output directory of the tables."""
     name: str | None = None
     """File stem of the tables (default: <agent>_<env>_<split>)."""
     overwrite: bool = False
-    """Replace tables of the same name in --out (refused otherwise)."""
+    """Replace tables of the same name in --output_dir (refused otherwise)."""
     save_trajectories: bool = False
     """Also write every episode (prompt, raw output, parsed action, observation, reward per
     step) to <name>.trajectories.jsonl."""
@@ -200,10 +201,10 @@ def evaluate_command(arguments: EvalArguments) -> int:
         raise UserError(str(error)) from error
     name = arguments.name or "_".join(
         [arguments.agent, env_id.split("/")[-1], plan.split or "nosplit"])
-    out = Path(arguments.out)
+    out = Path(arguments.output_dir)
     claim_output_files([out / f"{name}.{suffix}" for suffix in
                         ("md", "json", "csv", "trajectories.jsonl")], arguments.overwrite,
-                       "--name", "--out")
+                       "--name", "--output_dir")
     if arguments.replay:
         check_writable(arguments.replay, "--replay")
     try:

@@ -22,11 +22,12 @@ Examples:
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from agents.serialization import WMContext
+from training.commands.flags import former_names
 from training.infra.checked_config import CheckedConfig, bounded
 from training.world_model import DEFAULT_TAU
 
@@ -72,12 +73,12 @@ class EvalWMArguments(CheckedConfig):
     """sentence-transformers model that embeds the observations."""
     device: str | None = None
     """Torch device of the model (default: cuda when available, else cpu)."""
-    out: str = "runs/eval-wm"
+    output_dir: str = field(default="runs/eval-wm", metadata=former_names("out"))
     """Output directory."""
     name: str | None = None
     """File stem (default: wm_<split>, or the predictions file's stem)."""
     overwrite: bool = False
-    """Replace files of the same name in --out."""
+    """Replace files of the same name in --output_dir."""
 
 
 def add_parser(subparsers) -> None:
@@ -200,10 +201,10 @@ def evaluate_world_model(arguments: EvalWMArguments) -> int:
         meta.update(replay=replay, split=arguments.split, split_seed=seed,
                     val_fraction=val_fraction, transitions=len(examples),
                     model=arguments.model, checkpoint=arguments.checkpoint)
-    out = Path(arguments.out)
+    out = Path(arguments.output_dir)
     suffixes = ("md", "json") if fmt == "transition" else ("md", "json", "predictions.jsonl")
     files = [out / f"{name}.{suffix}" for suffix in suffixes]
-    claim_output_files(files, arguments.overwrite, "--name", "--out")
+    claim_output_files(files, arguments.overwrite, "--name", "--output_dir")
     if not arguments.from_predictions:
         from training.evaluate import load_policy
 

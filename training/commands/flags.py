@@ -11,6 +11,7 @@ import argparse
 import copy
 import dataclasses
 import difflib
+import sys
 import typing
 from typing import Any, TypeVar
 
@@ -69,15 +70,25 @@ class CommandParser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        self.add_argument("--verbose", action="store_true",
+                          help="also show the libraries' own warnings and progress bars")
         self.dataclass_types: list[type] = []
         self.config_class: type | None = None
         self._fields_added = False
+        self._required_by_any_name: list[argparse.Action] = []
 
     def parse_known_args(self, args=None, namespace=None):
         self.add_field_arguments()
+        unknown = self._unknown_flags(sys.argv[1:] if args is None else list(args))
+        if unknown:  # before argparse's own checks: a mistyped flag hides a "required" one
+            self.error(self._unrecognized(unknown))
         namespace, extras = super().parse_known_args(args, namespace)
         if extras:  # a subcommand ends the line: anything it does not know is a mistake
             self.error(self._unrecognized(extras))
+        missing = [action.option_strings[0] for action in self._required_by_any_name
+                   if getattr(namespace, action.dest, None) is None]
+        if missing:
+            self.error(f"the following arguments are required: {', '.join(missing)}")
         return namespace, extras
 
     def format_usage(self) -> str:
@@ -113,6 +124,14 @@ class CommandParser(argparse.ArgumentParser):
                 _describe(main_action, field, kind, docs.get(field.name, ""))
                 for action in negations:  # HF's --no_NAME for a bool field defaulting to true
                     action.help = argparse.SUPPRESS
+                if field.metadata.get("former_names") and main_action.required:
+                    main_action.required = False  # either name gives it: checked after parsing
+                    self._required_by_any_name.append(main_action)
+                for former in field.metadata.get("former_names", ()):
+                    group.add_argument(*_spellings(former), dest=main_action.dest,
+                                       type=main_action.type, default=argparse.SUPPRESS,
+                                       help=argparse.SUPPRESS, action=_FormerName,
+                                       current=main_action.option_strings[0])
                 if is_config:
                     for action in (main_action, *negations):
                         action.default = argparse.SUPPRESS
@@ -121,6 +140,22 @@ class CommandParser(argparse.ArgumentParser):
         """Exit 2 with the mistake on one line, as a :class:`UserError` (argparse's usage of a
         command with many flags would push the message off the screen)."""
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def _unknown_flags(self, args: list[str]) -> list[str]:
+        """The ``--flags`` in ``args`` that this command lacks, each with the values after it."""
+        known = {flag for action in self._actions for flag in action.option_strings}
+        found: list[str] = []
+        taking = False
+        for arg in args:
+            if arg == "--":
+                break
+            if arg.startswith("-") and not _is_number(arg):
+                taking = arg.startswith("--") and arg.split("=", 1)[0] not in known
+                if taking:
+                    found.append(arg)
+            elif taking:
+                found.append(arg)
+        return found
 
     def _unrecognized(self, extras: list[str]) -> str:
         flags = [flag for action in self._actions for flag in action.option_strings]
@@ -133,6 +168,39 @@ class CommandParser(argparse.ArgumentParser):
         return (f"unrecognized arguments: {' '.join(extras)}"
                 + (f" ({'; '.join(hints)})" if hints else f" (`{self.prog} --help` lists the "
                                                           "flags)"))
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def former_names(*names: str) -> dict[str, tuple[str, ...]]:
+    """Field metadata: earlier names of the field's flag, still accepted with a deprecation line
+    (``output_dir: str = field(default=..., metadata=former_names("out"))``)."""
+    return {"former_names": names}
+
+
+def _spellings(name: str) -> list[str]:
+    return [f"--{name}"] + ([f"--{name.replace('_', '-')}"] if "_" in name else [])
+
+
+class _FormerName(argparse.Action):
+    """An earlier name of a flag: stores the value under the current name and says so."""
+
+    def __init__(self, *args: Any, current: str, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.current = current
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import sys
+
+        print(f"{parser.prog}: {option_string} is deprecated and will be removed; use "
+              f"{self.current}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
 
 def _init_fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:
@@ -149,8 +217,10 @@ def _as_hf_field(field: dataclasses.Field, kind: Any) -> dataclasses.Field:
     from training.infra.checked_config import optional_base
 
     hf_field = copy.copy(field)
-    # The field's accepted range is checked by training.config.check_config, not argparse.
-    hf_field.metadata = {k: v for k, v in field.metadata.items() if k != "bounds"}
+    # The field's accepted range is checked by training.config.check_config, not argparse;
+    # former names are flags of their own (add_field_arguments).
+    hf_field.metadata = {k: v for k, v in field.metadata.items()
+                         if k not in ("bounds", "former_names")}
     optional, base = optional_base(kind)
     origin = typing.get_origin(base) or base
     if base is bool and not optional or origin is typing.Literal and not optional:

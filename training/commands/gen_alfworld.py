@@ -2,7 +2,7 @@
 
 Example::
 
-    paw-gym gen-alfworld --out data/alfworld --per-type 20 --seed 0
+    paw-gym gen-alfworld --output_dir data/alfworld --per-type 20 --seed 0
     python -c "import gymnasium as gym, paw_gym; gym.make('PaW/ALFWorld-v0', data_dir='data/alfworld')"
 """
 
@@ -17,6 +17,7 @@ TaskType = Literal["pick_and_place_simple", "look_at_obj_in_light",
                    "pick_clean_then_place_in_recep", "pick_heat_then_place_in_recep",
                    "pick_cool_then_place_in_recep", "pick_two_obj_and_place"]
 
+from training.commands.flags import former_names
 from training.infra.checked_config import CheckedConfig, bounded
 
 
@@ -28,7 +29,7 @@ MAX_PER_TYPE = 100_000
 class GenAlfworldArguments(CheckedConfig):
     """Which ALFWorld games ``paw-gym gen-alfworld`` generates, and where."""
 
-    out: str
+    output_dir: str = field(metadata=former_names("out"))
     """Data root to write (json_2.1.1/... under it)."""
     per_type: int = bounded(5, 1, MAX_PER_TYPE, note="games per task type and split; the official data has about 600 per type in train, and each game takes seconds")
     """Games per task type and split."""
@@ -64,7 +65,7 @@ def run(args) -> int:
         from paw_gym.alfworld.generate import GenerationConfig, generate, split_dir
     except ImportError as error:  # the [alfworld] extra is missing
         raise UserError(f"{error}; install it with: pip install 'paw-gym[alfworld]'") from error
-    config = GenerationConfig(out=Path(arguments.out), per_type=arguments.per_type,
+    config = GenerationConfig(out=Path(arguments.output_dir), per_type=arguments.per_type,
                               seed=arguments.seed, splits=tuple(arguments.splits),
                               task_types=tuple(arguments.task_types), progress=arguments.progress)
     try:

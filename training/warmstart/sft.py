@@ -93,9 +93,9 @@ def load_examples(policy, replay_dir: str | Path, successful_only: bool, max_seq
 def run_sft(config: SFTConfig) -> tuple[Path, list[dict[str, Any]]]:
     """Fine-tune and save to ``config.output_dir``; returns the path and per-epoch metrics."""
     import torch
-    from tqdm.auto import tqdm
 
     from agents.hf_policy import HFPolicy
+    from paw_gym.progress import progress_bar
     from training.infra.outputs import claim_folder
     from training.rl.batch import collate
     from training.rl.objective import gather_logprobs
@@ -118,7 +118,8 @@ def run_sft(config: SFTConfig) -> tuple[Path, list[dict[str, Any]]]:
     order_rng = random.Random(config.seed)
     history = []
     total = config.epochs * len(samples)
-    bar = tqdm(total=total, desc="SFT", unit="row", disable=not config.progress)
+    # A tqdm bar in a terminal, a line now and then in a log file.
+    bar = progress_bar(total=total, desc="SFT", unit="row", disable=not config.progress)
     for epoch in range(config.epochs):
         order = list(range(len(samples)))
         order_rng.shuffle(order)

@@ -1,0 +1,32 @@
+"""``paw_gym.progress``: plain progress lines outside a terminal, none silent for long."""
+
+from __future__ import annotations
+
+import io
+import time
+
+from paw_gym.progress import progress_bar
+
+
+def test_a_log_file_gets_plain_lines_at_each_tenth_and_at_close():
+    stream = io.StringIO()
+    bar = progress_bar(total=100, desc="rollout", unit="episode", file=stream)
+    for _ in range(100):
+        bar.update(1)
+    bar.close()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 10 and "\r" not in stream.getvalue()
+    assert lines[0].startswith("rollout: 10/100 episode (") and lines[-1].startswith(
+        "rollout: 100/100 episode (")
+
+
+def test_a_slow_phase_prints_before_its_next_tenth():
+    """A step every 0.06 s with a 0.05 s interval: each step prints, though 1 of 1000 steps is
+    far from a tenth."""
+    stream = io.StringIO()
+    bar = progress_bar(total=1000, desc="update", file=stream, min_interval=0.05)
+    for _ in range(3):
+        time.sleep(0.06)
+        bar.update(1)
+    assert [line.split(" (")[0] for line in stream.getvalue().splitlines()] == [
+        "update: 1/1000 it", "update: 2/1000 it", "update: 3/1000 it"]
