@@ -15,7 +15,9 @@ Example:
 from __future__ import annotations
 
 import sys
+import threading
 import time
+import weakref
 from typing import Any, Iterable, Iterator, TextIO
 
 
@@ -87,10 +89,30 @@ def progress_bar(iterable: Iterable | None = None, *, total: int | None = None, 
                         disable=disable, file=stream, min_interval=min_interval)
 
 
+def _heartbeat(bar_ref: "weakref.ref[LineProgress]", stopped: threading.Event) -> None:
+    """A :class:`LineProgress`'s line when ``min_interval`` passed without one (holds the bar
+    only weakly, so a bar nobody closed still goes away)."""
+    while True:
+        bar = bar_ref()
+        if bar is None:
+            return
+        interval = bar.min_interval
+        del bar
+        if stopped.wait(min(interval, 1.0)):
+            return
+        bar = bar_ref()
+        if bar is None or bar.disable:
+            return
+        if time.monotonic() - bar._last_print >= bar.min_interval:
+            bar._print()
+        del bar
+
+
 class LineProgress:
     """tqdm's bar interface, printing ``desc: n/total unit (elapsed) postfix`` lines: at every
-    further 10 % of ``total`` and whenever ``min_interval`` seconds passed without one (no phase
-    is silent for longer in a log file), and at close."""
+    further 10 % of ``total``, at close, and whenever ``min_interval`` seconds passed without
+    one, even with no update in between (a background thread; a batched rollout may finish no
+    episode for minutes), so no phase is silent for longer in a log file."""
 
     def __init__(self, iterable: Iterable | None = None, *, total: int | None, desc: str,
                  unit: str, initial: int, disable: bool, file: TextIO, min_interval: float):
@@ -100,6 +122,11 @@ class LineProgress:
         self.postfix = ""
         self._start = self._last_print = time.monotonic()
         self._printed_n: int | None = None
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        if not disable:
+            threading.Thread(target=_heartbeat, args=(weakref.ref(self), self._stopped),
+                             daemon=True).start()
 
     def update(self, n: int = 1) -> None:
         self.n += n
@@ -119,17 +146,22 @@ class LineProgress:
         print(text, file=self.file, flush=True)
 
     def close(self) -> None:
+        self._stopped.set()
         if not self.disable and self.n != self._printed_n and (self.n or self.total):
             self._print()
         self.disable = True
 
+    def __del__(self) -> None:
+        self._stopped.set()
+
     def _print(self) -> None:
-        of = f"/{self.total}" if self.total else ""
-        elapsed = time.monotonic() - self._start
-        tail = f", {self.postfix}" if self.postfix else ""
-        print(f"{self.desc}: {self.n}{of} {self.unit} ({elapsed:.0f} s{tail})", file=self.file,
-              flush=True)
-        self._printed_n, self._last_print = self.n, time.monotonic()
+        with self._lock:
+            of = f"/{self.total}" if self.total else ""
+            elapsed = time.monotonic() - self._start
+            tail = f", {self.postfix}" if self.postfix else ""
+            print(f"{self.desc}: {self.n}{of} {self.unit} ({elapsed:.0f} s{tail})",
+                  file=self.file, flush=True)
+            self._printed_n, self._last_print = self.n, time.monotonic()
 
     def __enter__(self) -> "LineProgress":
         return self

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -81,3 +82,13 @@ def test_library_warnings_show_only_with_verbose(tiny_model_dir, tmp_path):
         stderr[bool(flag)] = done.stderr
     assert "FutureWarning" in stderr[True]
     assert "Warning" not in stderr[False] and "\r" not in stderr[False]
+
+
+@pytest.mark.parametrize("environment, threads", [({}, 1), ({"OMP_NUM_THREADS": "2"}, 2)])
+def test_every_command_runs_torch_on_one_thread_unless_told(environment, threads):
+    code = ("import sys; from training.cli import main; main(['envs']); import torch; "
+            "print(torch.get_num_threads(), file=sys.stderr)")
+    env = {key: value for key, value in os.environ.items() if key != "OMP_NUM_THREADS"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**env, **environment}, timeout=120)
+    assert done.stderr.strip().splitlines()[-1] == str(threads)

@@ -28,5 +28,19 @@ def test_a_slow_phase_prints_before_its_next_tenth():
     for _ in range(3):
         time.sleep(0.06)
         bar.update(1)
-    assert [line.split(" (")[0] for line in stream.getvalue().splitlines()] == [
-        "update: 1/1000 it", "update: 2/1000 it", "update: 3/1000 it"]
+    bar.close()
+    shown = [line.split(" (")[0] for line in stream.getvalue().splitlines()]
+    assert {"update: 1/1000 it", "update: 2/1000 it", "update: 3/1000 it"} <= set(shown)
+
+
+def test_a_phase_without_updates_still_prints_a_line_and_stops_at_close():
+    stream = io.StringIO()
+    bar = progress_bar(total=48, desc="rollout", unit="episode", file=stream, min_interval=0.3)
+    bar.set_postfix(step=2)
+    time.sleep(1.6)  # no episode finished yet (a batched rollout)
+    bar.close()
+    lines = stream.getvalue().splitlines()
+    assert 1 <= len(lines) - 1 and all(line.startswith("rollout: 0/48 episode (")
+                                       and line.endswith(", step=2)") for line in lines)
+    time.sleep(0.7)
+    assert stream.getvalue().splitlines() == lines  # closed: no more lines
