@@ -29,6 +29,32 @@ def test_results_markdown_has_before_after_per_task_and_rl_pool():
     assert "The training-pool table plays the first 8 goals, 1 episode each. The held-out " \
            "table plays every held-out task 4 times" in text
     assert "Total: 500 s" in text
+    assert "## What the numbers mean" in text and "- **leak**: wm_leak: " in text
+    assert "Validation" not in text  # no validation, no line about it
+
+
+def test_the_summary_names_the_best_and_the_last_validation(tmp_path):
+    import json
+
+    from training.demo import validation_line, validation_summary
+
+    metrics = tmp_path / "metrics.jsonl"
+    records = [{"step": 0, "val_success": 0.5}, {"step": 1, "success": 0.5},
+               {"step": 5, "val_success": 1.0}, {"step": 10, "val_success": 1.0},
+               {"step": 12, "val_success": 0.958}]
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
+    validation = validation_summary(metrics)
+    assert validation == {"first": {"step": 0, "success": 50.0},
+                          "best": {"step": 5, "success": 100.0},
+                          "last": {"step": 12, "success": 95.8}, "count": 4}
+    line = validation_line(validation)
+    assert line == ("Validation (held-out, each task once, 4 points): 50.0 % at update 0, best "
+                    "100.0 % at update 5, last 95.8 % at update 12. The tables show the policy "
+                    "after the last update (12), not the best one; the difference is 4.2 points.")
+    config = DemoConfig()
+    text = results_markdown([("held-out", _result(0.0), _result(2.0))], config, {}, validation)
+    assert line in text
+    assert validation_summary(tmp_path / "missing.jsonl") is None
 
 
 @pytest.mark.parametrize("field, value", [("train_pool", 0), ("pool_eval_repeats", 0),
@@ -64,6 +90,8 @@ def test_small_demo_runs_end_to_end_and_reuses_the_cached_base(tmp_path, monkeyp
     logs: list[str] = []
     summary = run_demo(DemoConfig(output_dir=str(tmp_path / "a"), **small), log=logs.append)
     assert any("base model (built)" in line for line in logs)
+    assert any(line.startswith("[demo] building the base model (once: it is cached in ")
+               for line in logs)
     # The demo's output is its report: no library bars or transformers deprecation warnings.
     assert "Writing model shards" not in capsys.readouterr().err
     assert not [w for w in recwarn if issubclass(w.category, FutureWarning)
@@ -80,12 +108,15 @@ def test_small_demo_runs_end_to_end_and_reuses_the_cached_base(tmp_path, monkeyp
                  "base-model/config.json", "rl/metrics.jsonl"):
         assert (out / name).is_file(), name
     assert "## held-out tasks (split `test`" in (out / "results.md").read_text()
+    assert [summary["validation"][k]["step"] for k in ("first", "last")] == [0, 1]
+    assert "Validation (held-out, each task once, 2 points)" in (out / "results.md").read_text()
     [recipe_dir] = (tmp_path / "cache" / "tiny-base").iterdir()
     assert (recipe_dir / "recipe.json").is_file()
 
     logs.clear()
     run_demo(DemoConfig(output_dir=str(tmp_path / "b"), **small), log=logs.append)
     assert any("base model (cached)" in line for line in logs)
+    assert any(line.startswith("[demo] reusing the base model cached in ") for line in logs)
     assert len(list((tmp_path / "cache" / "tiny-base").iterdir())) == 1
     # A second demo into a folder is refused before any work, unless overwrite.
     from training.outputs import OutputExists

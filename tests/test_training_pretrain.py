@@ -156,9 +156,13 @@ def test_cached_build_builds_once_and_never_keeps_a_failed_build(tmp_path, monke
         calls.append(folder)
         (folder / "weights").write_text("w")
 
-    first, built = cached_build({"a": 1}, build)
-    again, built_again = cached_build({"a": 1}, build)
+    said = []
+    first, built = cached_build({"a": 1}, build, log=said.append)
+    again, built_again = cached_build({"a": 1}, build, log=said.append)
     assert (built, built_again, first, len(calls)) == (True, False, again, 1)
+    assert said == [f"building the base model (once: it is cached in {first}, and every later "
+                    "run with the same recipe and library versions reuses it)",
+                    f"reusing the base model cached in {first}"]
     assert json.loads((first / "recipe.json").read_text()) == {"a": 1}
     assert first.parent == tmp_path / "tiny-base"
 

@@ -158,7 +158,7 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
                         epsilon=config.expert_epsilon, **prompt)
     lap("expert demos")
 
-    cached, built_now = cached_base(config, demos)
+    cached, built_now = cached_base(config, demos, log=lambda text: log(f"[demo] {text}"))
     base = out / "base-model"
     shutil.rmtree(base, ignore_errors=True)
     shutil.copytree(cached / "model", base)
@@ -213,16 +213,18 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     write_tables(after_train, out, "eval_after_train_tasks")
     lap("eval after RL")
 
+    validation = validation_summary(out / "rl" / "metrics.jsonl")
     if (out / "rl" / "curves.png").is_file():  # moved, not copied: one figure, where it is read
         (out / "rl" / "curves.png").replace(out / "curves.png")
     summary = {"config": asdict(config), "timings_s": timings, "reading_probe": reading,
                "sft": sft_history, "rl_last_step": history[-1] if history else {},
                "before": asdict(before.row()), "after": asdict(after.row()),
                "before_train_tasks": asdict(before_train.row()),
-               "after_train_tasks": asdict(after_train.row())}
+               "after_train_tasks": asdict(after_train.row()), "validation": validation}
     (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     tables = [("held-out", before, after), ("training-pool", before_train, after_train)]
-    (out / "results.md").write_text(results_markdown(tables, config, timings), encoding="utf-8")
+    (out / "results.md").write_text(results_markdown(tables, config, timings, validation),
+                                    encoding="utf-8")
     return summary
 
 
@@ -301,7 +303,7 @@ def base_recipe(config: DemoConfig, demos: Path) -> dict[str, Any]:
                       "tokenizers": tokenizers.__version__}}
 
 
-def cached_base(config: DemoConfig, demos: Path) -> tuple[Path, bool]:
+def cached_base(config: DemoConfig, demos: Path, log=print) -> tuple[Path, bool]:
     """The pretrained base of ``config`` built from the demo replay ``demos`` (tokenizer
     trained on its text, seeded initialisation, next-token pretraining, reading probe), from
     the cache when the :func:`base_recipe` is there. Returns ``(folder, built_now)``; the
@@ -334,11 +336,73 @@ def cached_base(config: DemoConfig, demos: Path) -> tuple[Path, bool]:
             model.rename(folder / "model")
         (folder / "probe.json").write_text(json.dumps(probe, indent=2), encoding="utf-8")
 
-    return cached_build(base_recipe(config, demos), build)
+    return cached_build(base_recipe(config, demos), build, log=log)
 
 
-def results_markdown(tables, config: DemoConfig, timings: dict[str, float]) -> str:
-    """Before/after per task type for each (name, before, after) evaluation, then timings."""
+def validation_summary(metrics: Path) -> dict[str, Any] | None:
+    """The RL run's held-out validations (``val_success``, every task once): the first, the
+    best (the earliest of equals) and the last, as ``{"step", "success"}`` in %; None when the
+    run did not validate."""
+    from training.infra.metrics_log import read_metrics
+
+    points = [{"step": r["step"], "success": 100.0 * r["val_success"]}
+              for r in (read_metrics(metrics) if metrics.is_file() else []) if "val_success" in r]
+    if not points:
+        return None
+    best = max(points, key=lambda point: (point["success"], -point["step"]))
+    return {"first": points[0], "best": best, "last": points[-1], "count": len(points)}
+
+
+def validation_line(validation: dict[str, Any] | None) -> str | None:
+    """One sentence on the validation curve that says which update the tables show."""
+    if validation is None:
+        return None
+    first, best, last = validation["first"], validation["best"], validation["last"]
+    text = (f"Validation (held-out, each task once, {validation['count']} points): "
+            f"{first['success']:.1f} % at update {first['step']}, best {best['success']:.1f} % "
+            f"at update {best['step']}, last {last['success']:.1f} % at update {last['step']}.")
+    if best["step"] != last["step"]:
+        text += (f" The tables show the policy after the last update ({last['step']}), not the "
+                 f"best one; the difference is {best['success'] - last['success']:.1f} points.")
+    else:
+        text += " The tables show that last, best policy."
+    return text
+
+
+#: What each figure of the demo's output measures, and which way is better.
+GLOSSARY = (
+    ("success", "% of episodes won (Shelf: paid for the item the task names). Higher is better."),
+    ("score", "the env's task score in % (Shelf: the same as success; WebShop gives partial "
+              "credit for a close product). Higher is better."),
+    ("invalid actions", "% of steps whose action the env could not parse or carry out (each "
+                        "costs −0.1). Lower is better; RL may trade a few for wins early on."),
+    ("return", "mean episode return: the task reward (Shelf: 10 for a win) plus the invalid-"
+               "action penalties. Higher is better."),
+    ("reading probe", "share of held-out prompts on which the base model ranks the expert's "
+                      "action first: whether the start reads its prompt (1.0 = always)."),
+    ("reward, success (per update)", "the training rollouts of that update (training tasks, "
+                                     "temperature 1). Rising is good."),
+    ("val_success", "held-out success during RL, each task once at the evaluation temperature "
+                    "(the curve in curves.png)."),
+    ("leak", "wm_leak: how strongly the policy starts its own turn with environment text (what a "
+             "misplaced world-model term teaches). Should stay near 0."),
+    ("wm_loss", "the PaW world-model term (CMAE on the next observation's tokens of the "
+                "selected transitions). Lower means the policy predicts the env better; it is "
+                "not a success measure."),
+    ("λ_g", "lambda_mean: the world-model term's weight per rollout group, 1 − group mean return"
+            " / R_max: near 1 while a group fails, 0 once it always wins."),
+)
+
+#: What a good run of the default demo looks like (measured: benchmarks/README.md, "main job").
+GOOD_RESULT = ("A good run of the default demo raises held-out success by 20 points or more (the "
+               "learning test's bar), keeps invalid actions at a few % and the leak near 0; "
+               "docs/training.md#main-job gives the measured range over seeds 0–9.")
+
+
+def results_markdown(tables, config: DemoConfig, timings: dict[str, float],
+                     validation: dict[str, Any] | None = None) -> str:
+    """Before/after per task type for each (name, before, after) evaluation, the validation
+    curve's first, best and last points, timings and a glossary."""
     lines = [f"# paw-gym demo: {config.algo.upper()}{' + PaW' if config.paw else ''} on "
              f"{config.env_id} ({config.size} tiny model)", ""]
     for name, before, after in tables:
@@ -368,7 +432,9 @@ def results_markdown(tables, config: DemoConfig, timings: dict[str, float]) -> s
               f" goals, {repeats} each. The held-out table plays {held} {config.eval_repeats} "
               "times; the `val_success` curve of `curves.png` plays each once, so its first "
               "point differs from the table's 'before' by sampling alone.", "",
+              *([validation_line(validation), ""] if validation else []),
               "Timings (s): " + ", ".join(f"{k} {v}" for k, v in timings.items()),
               f"Total: {sum(timings.values()):.0f} s", "", "Curves: `curves.png`; metrics: "
-              "`rl/metrics.jsonl`."]
+              "`rl/metrics.jsonl`.", "", "## What the numbers mean", "",
+              *[f"- **{name}**: {text}" for name, text in GLOSSARY], "", GOOD_RESULT]
     return "\n".join(lines) + "\n"

@@ -23,7 +23,8 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from training.commands.common import UserError, claim_output_folder
     from training.commands.flags import arguments_from
-    from training.demo import DemoConfig, check_demo_config, run_demo
+    from training.demo import (GOOD_RESULT, DemoConfig, check_demo_config, run_demo,
+                               validation_line)
 
     config = arguments_from(args, DemoConfig)
     try:
@@ -39,5 +40,10 @@ def run(args) -> int:
         print(f"{label}: success {before['success']:.1f}% -> {after['success']:.1f}%, "
               f"score {before['score']:.1f} -> {after['score']:.1f}, invalid actions "
               f"{before['invalid']:.1f}% -> {after['invalid']:.1f}%")
-    print(f"total {sum(summary['timings_s'].values()):.0f} s; see {config.output_dir}/results.md")
+    line = validation_line(summary["validation"])
+    if line:
+        print(line)
+    print(f"total {sum(summary['timings_s'].values()):.0f} s; see {config.output_dir}/results.md "
+          "(it also says what each figure measures)")
+    print(GOOD_RESULT)
     return 0

@@ -303,20 +303,25 @@ def reading_probe(policy, env_id: str, seeds: Sequence[int], *,
     return hits / max(1, len(seeds))
 
 
-def cached_build(recipe: dict[str, Any], build: Callable[[Path], None]) -> tuple[Path, bool]:
+def cached_build(recipe: dict[str, Any], build: Callable[[Path], None],
+                 log: Callable[[str], None] = print) -> tuple[Path, bool]:
     """The folder ``build(folder)`` fills for ``recipe``, kept under
     ``$PAW_GYM_CACHE/tiny-base/<hash of recipe>`` and built only when absent.
 
     ``build`` writes into a private temporary folder that is renamed into place when complete
     (``recipe.json`` marks completion), so an interrupted build is never mistaken for a finished
-    one and parallel builders never see half a folder. Returns ``(folder, built_now)``.
+    one and parallel builders never see half a folder. Returns ``(folder, built_now)``; ``log``
+    says which, and where the cache is.
     """
     from paw_gym.cache import cache_home
 
     text = json.dumps(recipe, sort_keys=True)
     path = cache_home() / "tiny-base" / hashlib.sha256(text.encode()).hexdigest()[:20]
     if (path / "recipe.json").is_file():
+        log(f"reusing the base model cached in {path}")
         return path, False
+    log(f"building the base model (once: it is cached in {path}, and every later run with the "
+        "same recipe and library versions reuses it)")
     scratch = path.with_name(f"{path.name}.building-{os.getpid()}")
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
