@@ -321,7 +321,7 @@ def plot(env: str, work: Path, updates: int | None = None, out_dir: Path = RESUL
         argv = ["plot", *[arg for group in groups for arg in ("--group", group)],
                 "--metrics", "val_success,val_wm_exact,success,wm_leak", "--smooth", "0",
                 "--title", f"{study_env.id}, start {start}: mean ± sd over seeds",
-                "--output_dir", str(out), "--overwrite", "true"]
+                "--out", str(out), "--overwrite", "true"]
         if paw_gym(argv) == 0:
             written.append(out)
     return written

@@ -83,6 +83,31 @@ def test_fractions_are_shown_in_percent(tmp_path):
     assert "%" in success.get_ylabel() and "%" in invalid.get_ylabel()
 
 
+def test_a_stuck_run_reads_at_a_glance(tmp_path):
+    """An ALFWorld-like run: success stuck at 0, every action invalid, a return nearly constant
+    (-1.4992 ... -1.4991). Every title is whole on its panel, percentages span 0-100 (no
+    negative success axis), the invalid-action panel is there, and no tick needs an offset."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    records = [{"step": s, "success": 0.0, "invalid_frac": 1.0, "reward": -1.4992 + s / 1e5,
+                "wm_leak": 0.004 * s, "lambda_mean": 1.0, "wm_loss": 3.0 - s / 5,
+                "kl": 0.0} for s in STEPS]
+    fig = make_figure([one(Run("alfworld", tuple(records), {"paw": True}))], smooth=0.0)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    shown = panels(fig)
+    assert {"success", "invalid_frac", "reward", "wm_leak"} <= set(shown)
+    renderer = canvas.get_renderer()
+    for key, ax in shown.items():
+        title = ax.title.get_window_extent(renderer)
+        panel = ax.get_window_extent(renderer)
+        assert title.x0 >= panel.x0 - 40 and title.x1 <= panel.x1 + 40, (key, ax.get_title())
+        assert ax.yaxis.get_major_formatter().get_offset() == "", key
+    for key in ("success", "invalid_frac", "wm_leak"):
+        assert shown[key].get_ylim() == (0, 100), key
+    assert "\n" in shown["wm_leak"].get_title()  # wrapped, not cut
+
+
 def test_x_ticks_are_whole_update_steps():
     # Three steps: matplotlib's default ticks would be 1.0, 1.25, 1.5, ...
     run = Run("short", tuple({"step": s, "reward": s, "success": s / 4} for s in (1, 2, 3)))

@@ -4,12 +4,14 @@ A *run* is a folder written by the trainer (``metrics.jsonl``, and ``config.yaml
 title and the PaW / vanilla distinction) or a bare ``metrics.jsonl`` file. Each figure has one
 panel per metric, and:
 
-* every panel has a human title and a y-axis unit (:data:`METRICS`); fractions (success,
-  invalid actions, clipped tokens) are shown in %; x is the update step, with integer ticks;
+* every panel has a human title, wrapped rather than cut, and a y-axis unit
+  (:data:`METRICS`); fractions (success, invalid actions, clipped tokens) are shown in % on a
+  0-100 axis; tick values are plain (no offset); x is the update step, with integer ticks;
 * each curve is smoothed with TensorBoard's debiased exponential moving average (weight
   ``smooth`` per logged point; 0 draws the raw values only), over its raw values drawn faint;
 * a metric whose values are all equal (``kl`` with ``kl_coef: 0``) gets no panel, unless it
-  has a single point;
+  has a single point or is one of :data:`ALWAYS_SHOWN` (success stuck at 0 and invalid actions
+  stuck at 100 % are results);
 * held-out validation, logged on its own records at some steps (``val_success``, ...), is
   drawn with markers in the panel of its training metric (:data:`VALIDATION_OF`);
 * several runs are overlaid, one colour each; a :class:`Series` of several runs (the seeds of
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +57,7 @@ METRICS: dict[str, tuple[str, str, float]] = {
     "lr": ("learning rate", "learning rate", 1.0),
     "value_loss": ("critic loss", "loss", 1.0),
     "lambda_mean": ("world-model weight λ_g (mean)", "λ_g", 1.0),
-    "wm_leak": ("leak: p(o_{t+1}'s first token | h ⊕ a), in the policy's turn", "%", 100.0),
+    "wm_leak": ("leak: p(o_{t+1}'s first token) inside the policy's turn", "%", 100.0),
     "wm_loss": ("world-model loss", "loss / transition", 1.0),
     "wm_term": ("world-model term of the objective", "loss", 1.0),
     "wm_clipped_frac": ("observation tokens already learned (p > ρ, left out)", "% of tokens",
@@ -179,7 +182,9 @@ def shown_runs(series: Series, key: str) -> tuple[Run, ...]:
 
 
 #: Panels drawn whenever logged, even flat: a success rate stuck at 0 is the news.
-ALWAYS_SHOWN = frozenset({"reward", "success", "val_success"})
+ALWAYS_SHOWN = frozenset({"reward", "success", "val_success", "invalid_frac"})
+#: Characters per line of a panel title (a 3.8-inch panel at font size 10).
+TITLE_WIDTH = 42
 
 
 def panel_keys(series: Sequence[Series], keys: Sequence[str]) -> list[str]:
@@ -228,9 +233,14 @@ def draw_panel(ax: Axes, key: str, series: Sequence[Series], colors: Sequence[An
             _draw_curve(ax, shown_runs(one, partner), partner, color, smooth, scale,
                         validation=True)
             has_validation = True
-    ax.set_title(title or label, fontsize=10)
+    # Whole titles: a long one wraps onto a second line instead of running past the panel.
+    ax.set_title(textwrap.fill(title or label, TITLE_WIDTH), fontsize=10)
     ax.set_xlabel("update step", fontsize=9)
     ax.set_ylabel(unit, fontsize=9)
+    if scale == 100.0:  # every percentage reads on the same 0-100 axis
+        ax.set_ylim(0, 100)
+    # Plain tick values: no "1e-5 + 9.992e-1" offset for a nearly constant metric.
+    ax.ticklabel_format(axis="y", useOffset=False)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole updates
     ax.tick_params(labelsize=8)
     ax.grid(alpha=0.3)
