@@ -71,7 +71,7 @@ def test_validation_reads_the_policy_as_a_world_model_on_held_out_transitions(
 def test_eval_of_a_checkpoint_uses_its_training_settings(tiny_model_dir, tmp_path, capsys):
     PaWTrainer(_config(tiny_model_dir, tmp_path / "run", total_steps=1)).train()
     checkpoint = latest_checkpoint(tmp_path / "run")
-    arguments = EvalArguments(checkpoint=str(checkpoint), limit=3, out=str(tmp_path / "eval"),
+    arguments = EvalArguments(checkpoint=str(checkpoint), limit=3, output_dir=str(tmp_path / "eval"),
                               device="cpu", save_trajectories=True, show=1)
     assert evaluate_command(arguments) == 0
     out = capsys.readouterr().out
