@@ -72,8 +72,8 @@ def _version() -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns its exit status (2 for a mistake in the command line, printed
     as one line ``paw-gym COMMAND: error: ...``)."""
-    # One torch CPU thread unless the environment says otherwise (docs/training.md,
-    # "Threads"): the tiny models run fastest so, and on a loaded machine more threads than
+    # One torch CPU thread unless the environment says otherwise (docs/training.md, "What
+    # every command does the same way"): the tiny models run fastest so, and on a loaded machine more threads than
     # free cores made one 48-episode eval 66 s instead of 1 s. Set before anything imports
     # torch (parsing a command's flags imports transformers, which imports it).
     os.environ.setdefault("OMP_NUM_THREADS", "1")
