@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from pathlib import Path
@@ -90,6 +91,9 @@ _GET_A_MODEL = ("give a local model folder, build the offline one with `paw-gym 
                 "build-tiny-model --output_dir runs/tiny-micro`, or go online")
 
 
+# Only a name that passed is remembered: `paw-gym train`, its trainer and its policy each
+# check the model, and a hub id found once needs no second call to the hub.
+@functools.lru_cache(maxsize=None)
 def _check_hub_model(name: str) -> None:
     """A hub id that is neither in the local Hugging Face cache nor on a reachable hub is one
     error within seconds (transformers would retry for about a minute, then print a long

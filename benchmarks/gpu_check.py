@@ -259,7 +259,7 @@ def qwen_shapes(device: str, layers: int, row: dict, token_budget: int, generate
 # -- FSDP2 --------------------------------------------------------------------------------------
 
 def fsdp_worker(out: Path, quick: bool) -> None:
-    """One torchrun rank: the exactness check, then (GPU) the bf16 1.5B step; ends the process."""
+    """One torchrun rank: the exactness check, then (GPU) the bf16 1.5B step."""
     import torch.distributed as dist
 
     from training.infra.distributed import shard_module
@@ -330,13 +330,6 @@ def fsdp_worker(out: Path, quick: bool) -> None:
     if rank == 0:
         out.write_text(json.dumps(gathered, indent=1), encoding="utf-8")
     dist.destroy_process_group()
-    # Leave without the interpreter's teardown: on CPU (gloo, FSDP2) about 1 exit in 12 aborted
-    # there with "terminate called without an active exception", after both ranks had returned
-    # from destroy_process_group and rank 0 had written the results (traced with markers on 30
-    # runs); torchrun then reports the launch failed. Everything this process owes is done.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 def qwen_model_small(vocab: int, dtype: torch.dtype):
@@ -405,7 +398,13 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.fsdp_worker:
         fsdp_worker(Path(args.fsdp_worker), args.quick)
-        return 0
+        # Leave without the interpreter's teardown: on CPU (gloo, FSDP2) about 1 exit in 12
+        # aborted there with "terminate called without an active exception", after both ranks
+        # had returned from destroy_process_group and rank 0 had written the results (traced
+        # with markers on 30 runs); torchrun then reports the launch failed.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     cuda = torch.cuda.is_available() and not args.quick
     results = {"date": time.strftime("%Y-%m-%d"), "quick": args.quick,
                "environment": environment()}

@@ -393,7 +393,7 @@ GLOSSARY = (
             " / R_max: near 1 while a group fails, 0 once it always wins."),
 )
 
-#: What a good run of the default demo looks like (measured: benchmarks/README.md, "main job").
+#: What a good run of the default demo looks like (measured: docs/training.md, "Main job").
 GOOD_RESULT = ("A good run of the default demo raises held-out success by 20 points or more (the "
                "learning test's bar), keeps invalid actions at a few % and the leak near 0; "
                "docs/training.md#main-job gives the measured range over seeds 0–9.")
