@@ -15,6 +15,10 @@ error while the others still run):
   and peak memory, the peak of the same pass with the full ``[tokens, vocab]`` logits instead
   (what the chunking saves at this vocabulary), and HF ``generate`` tokens/s at the paper's
   rollout shape.
+* ``paw_overhead`` - the PaW term's cost in a GRPO step at the same shapes (the paper's
+  Figure 5): 24 rows as plain GRPO, as GRPO + PaW with the paper's α = 0.75 of rows carrying
+  the next observation, and with every row carrying it; packed as the trainer packs them,
+  alternated, median step time and peak memory as ratios to GRPO.
 * ``fsdp`` - FSDP2 (``torch.distributed.fsdp.fully_shard``) over every visible GPU (NCCL; on a
   CPU: 2 gloo processes), launched with torchrun: each decoder layer and the scorer sharded, the
   ranks splitting the rows of one micro-batch (``training.infra.distributed.shard_module``, which
@@ -139,29 +143,41 @@ def qwen_model(layers: int, device: str, dtype: torch.dtype, vocab: int | None =
     return model.to(dtype)
 
 
-def paper_rows(n: int, vocab: int, row: dict = PAPER_ROW, seed: int = 1):
+def paper_rows(n: int, vocab: int, row: dict = PAPER_ROW, seed: int = 1,
+               with_obs: int | None = None):
     """``n`` random transitions of the paper's shape, as training samples (advantages ±1, one
-    rollout group per pair of rows so the world-model weights are those of two groups)."""
+    rollout group per pair of rows so the world-model weights are those of two groups).
+
+    Only the first ``with_obs`` rows (all by default) carry the next observation, as the trainer
+    builds them: a row the world-model term does not select has no observation tokens. The other
+    rows are the same tokens cut after the response."""
     from training.rl.batch import Sample
 
     g = torch.Generator().manual_seed(seed)
     length = row["prompt"] + row["action"] + row["obs"]
-    return [Sample(torch.randint(1, vocab, (length,), generator=g).tolist(), row["prompt"],
-                   row["action"], row["obs"], old_logprobs=[-12.0] * row["action"],
-                   advantage=1.0 if i % 2 else -1.0, group=i % 2) for i in range(n)]
+    with_obs = n if with_obs is None else with_obs
+    samples = []
+    for i in range(n):
+        ids = torch.randint(1, vocab, (length,), generator=g).tolist()
+        obs = row["obs"] if i < with_obs else 0
+        samples.append(Sample(ids[:row["prompt"] + row["action"] + obs], row["prompt"],
+                              row["action"], obs, old_logprobs=[-12.0] * row["action"],
+                              advantage=1.0 if i % 2 else -1.0, group=i % 2))
+    return samples
 
 
 def objective_loss(model, samples, rows, chunk: int = 512, full_logits: bool = False,
-                   scale: float = 1.0):
-    """GRPO + PaW (CMAE) loss of ``samples[rows]`` with every row's world-model term on, the
-    weights taken over all ``samples`` (so the rows of several processes add up); backward."""
+                   scale: float = 1.0, paw: bool = True):
+    """GRPO + PaW (CMAE) loss of ``samples[rows]``, the world-model term on every row that carries
+    an observation (``paw=False``: plain GRPO), the weights taken over all ``samples`` (so the
+    rows of several processes or micro-batches add up); backward."""
     from training.rl.batch import collate
     from training.rl.losses import ppo_clip_token_loss, wm_token_loss
     from training.rl.objective import ObjectiveSettings, micro_batch_loss, objective_weights
 
-    settings = ObjectiveSettings(paw=True)
-    w_rl, w_wm = objective_weights(samples, torch.ones(len(samples), dtype=torch.bool),
-                                   {0: 1.0, 1: 1.0}, settings)
+    settings = ObjectiveSettings(paw=paw)
+    selected = torch.tensor([s.obs_len > 0 for s in samples], dtype=torch.bool)
+    w_rl, w_wm = objective_weights(samples, selected, {0: 1.0, 1: 1.0}, settings)
     device = next(model.parameters()).device
     batch = collate(samples, rows, pad_id=0, device=device)
     w_rl, w_wm = w_rl[rows].to(device), w_wm[rows].to(device)
@@ -250,6 +266,74 @@ def qwen_shapes(device: str, layers: int, row: dict, token_budget: int, generate
         result.update(generate={"batch": generate_batch, "prompt": row["prompt"],
                                 "new_tokens": new, "seconds": s, "tokens_per_s": new / s,
                                 "peak_mem_mib": p})
+    del model, optimizer
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    return result
+
+
+def paw_overhead(device: str, layers: int, row: dict, n_rows: int, token_budget: int,
+                 alpha: float, repeats: int, vocab: int = QWEN25_1_5B["vocab_size"]) -> dict:
+    """The PaW term's cost in one GRPO optimizer step at the 1.5B shapes (the paper's Figure 5).
+
+    The same ``n_rows`` transitions three ways, packed into micro-batches as the trainer packs
+    them (``token_budget_batches``, longest first) and accumulated into one AdamW step:
+
+    * ``grpo`` - the plain RL objective (``paw`` off): rows of prompt + response only;
+    * ``paw`` - GRPO + PaW as the trainer builds it: the ``alpha`` share of rows (its entropy
+      selection; the paper configs' 0.75) carries the next observation and its CMAE term;
+    * ``paw_every_row`` - every row carries it (the bound when every step is selected).
+
+    The variants alternate (their order rotates each repeat); step time is the median of
+    ``repeats``, peak memory the largest. Rows are at the configured maxima (every response and
+    observation as long as the limits allow), so this bounds what real, shorter rows cost.
+    """
+    from training.rl.batch import token_budget_batches
+
+    dev = torch.device(device)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    model = qwen_model(layers, device, dtype, vocab)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    variants = {"grpo": (0, False), "paw": (round(alpha * n_rows), True),
+                "paw_every_row": (n_rows, True)}
+    rows = {name: paper_rows(n_rows, vocab, row, with_obs=k) for name, (k, _) in variants.items()}
+    packs = {name: token_budget_batches([len(s) for s in samples], token_budget)
+             for name, samples in rows.items()}
+
+    def step(name):
+        loss = sum(objective_loss(model, rows[name], pack, paw=variants[name][1])
+                   for pack in packs[name])
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    step("grpo")  # allocates the optimizer states, so no variant pays for them
+    seconds = {name: [] for name in variants}
+    peaks = {name: [] for name in variants}
+    losses = {name: [] for name in variants}
+    names = list(variants)
+    for r in range(repeats):
+        for name in names[r % 3:] + names[:r % 3]:
+            loss, s, p = _peak(dev, lambda: step(name))
+            losses[name].append(loss), seconds[name].append(s), peaks[name].append(p)
+    result = {"layers": layers, "vocab": vocab, "dtype": str(dtype), "rows": n_rows,
+              "row_tokens": row,
+              "alpha": alpha, "token_budget": token_budget, "repeats": repeats}
+    for name in variants:
+        step_s = sorted(seconds[name])[len(seconds[name]) // 2]
+        result[name] = {"rows_with_observation": variants[name][0],
+                        "tokens": sum(len(s) for s in rows[name]),
+                        "micro_batches": len(packs[name]), "step_s_median": step_s,
+                        "step_s_all": seconds[name], "peak_mem_mib": max(peaks[name]),
+                        "losses": losses[name]}
+    for name in ("paw", "paw_every_row"):
+        result[f"{name}_vs_grpo"] = {
+            "step_time_ratio": result[name]["step_s_median"] / result["grpo"]["step_s_median"],
+            "peak_mem_ratio": result[name]["peak_mem_mib"] / result["grpo"]["peak_mem_mib"],
+            "token_ratio": result[name]["tokens"] / result["grpo"]["tokens"]}
+    assert all(map(torch.isfinite, map(torch.tensor, sum(losses.values(), [])))), losses
     del model, optimizer
     if dev.type == "cuda":
         torch.cuda.empty_cache()
@@ -419,6 +503,14 @@ def main(argv=None) -> int:
         run_part(results, "qwen_shapes", qwen_shapes, "cpu", 1,
                  dict(prompt=64, action=32, obs=32), 256, generate_batch=0,
                  compare_full_logits=False)
+    if cuda:
+        run_part(results, "paw_overhead", paw_overhead, "cuda",
+                 QWEN25_1_5B["num_hidden_layers"], PAPER_ROW, n_rows=24,
+                 token_budget=PAPER_TOKEN_BUDGET, alpha=0.75, repeats=5)
+    else:
+        run_part(results, "paw_overhead", paw_overhead, "cpu", 1,
+                 dict(prompt=64, action=32, obs=32), n_rows=8, token_budget=512, alpha=0.75,
+                 repeats=3, vocab=4096)
     run_part(results, "fsdp", fsdp, args.quick or not torch.cuda.is_available())
     out = Path(args.out) if args.out else default_out(results["environment"])
     out.parent.mkdir(parents=True, exist_ok=True)

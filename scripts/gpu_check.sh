@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # GPU check (issue 29): the project's GPU-marked tests, then benchmarks/gpu_check.py (a bf16
 # GRPO + PaW update of the tiny model through the trainer, full fine-tuning steps of the
-# Qwen2.5-1.5B architecture at the paper's row shape and vocabulary, FSDP2 over every visible
-# GPU). Writes benchmarks/results/gpu_check_<device>.json (or the file given as $1).
+# Qwen2.5-1.5B architecture at the paper's row shape and vocabulary, the PaW term's step
+# overhead at those shapes (issue 40, the paper's Figure 5), FSDP2 over every visible GPU). Writes benchmarks/results/gpu_check_<device>.json (or the file given as $1).
 #
-#   bash scripts/gpu_check.sh                      # ~5 min on one H100/H200
+#   bash scripts/gpu_check.sh                      # ~4 min on one H200
 #   WHEELS=wheels/ bash scripts/gpu_check.sh       # offline: install the wheels in wheels/ first
 #
 # Needs a Python with a CUDA PyTorch and transformers, peft, accelerate, tokenizers,

@@ -89,3 +89,25 @@ def test_no_bad_input_ends_in_a_traceback_or_is_silently_accepted():
 
     counts = main(["--out", "/tmp/paw-gym-bad-inputs"])["counts"]
     assert counts["traceback"] == counts["accepted"] == counts["unclear"] == 0, counts
+
+
+def test_paw_overhead_times_the_same_rows_with_and_without_the_world_model_term():
+    """gpu_check's Figure-5 part, CPU-sized: GRPO rows end after the response, the PaW rows are
+    the same tokens with the observation on round(α·n) of them (all of them for the bound), and
+    each ratio is that of the variants' median step times."""
+    from benchmarks import gpu_check
+
+    row = dict(prompt=16, action=8, obs=8)
+    grpo, paw = (gpu_check.paper_rows(4, 256, row, with_obs=k) for k in (0, 2))
+    assert [s.input_ids for s in grpo] == [s.input_ids[:24] for s in paw]
+    assert [s.obs_len for s in paw] == [8, 8, 0, 0]
+    result = gpu_check.paw_overhead("cpu", 1, row, n_rows=4, token_budget=64, alpha=0.5,
+                                    repeats=3, vocab=256)
+    assert [result[name]["rows_with_observation"] for name in ("grpo", "paw", "paw_every_row")] \
+        == [0, 2, 4]
+    assert [result[name]["tokens"] for name in ("grpo", "paw", "paw_every_row")] == [96, 112, 128]
+    for name in ("paw", "paw_every_row"):
+        assert result[f"{name}_vs_grpo"]["step_time_ratio"] == pytest.approx(
+            result[name]["step_s_median"] / result["grpo"]["step_s_median"])
+        assert sorted(result[name]["step_s_all"])[1] == result[name]["step_s_median"]
+        assert len(result[name]["losses"]) == 3 and result[name]["micro_batches"] == 2
