@@ -11,6 +11,7 @@ from agents.env_workers import EnvWorkers, InProcessEnvs
 from agents.envs import EnvSource, env_factory
 from agents.sampling import DEFAULT_STOP
 from agents.types import PolicyOutput, Trajectory, Transition
+from paw_gym.progress import Progress
 
 
 def rollout(
@@ -26,7 +27,7 @@ def rollout(
     task_seeds: Sequence[int] | None = None,
     task_options: Sequence[Mapping[str, Any] | None] | None = None,
     max_steps: int | None = None,
-    progress: bool = False,
+    progress: Progress = False,
     num_env_workers: int = 0,
     **env_settings: Any,
 ) -> list[Trajectory]:
@@ -50,7 +51,8 @@ def rollout(
         task_options: per group, ``reset(options=...)`` (e.g. a task index), or None.
         max_steps: stop episodes after this many steps (marked truncated) in addition to the
             env's own time limit.
-        progress: show a progress bar over steps.
+        progress: show a progress bar over episodes (``"heartbeat"``: outside a terminal, only a
+            line after each 15 s without one; see :mod:`paw_gym.progress`).
         num_env_workers: build, reset and step the envs in this many worker processes (each
             owning a share of the envs, capped at their number), so a step's env work runs in
             parallel; pays off for slow envs (ALFWorld), costs a little on fast ones (see
@@ -106,7 +108,7 @@ def _run(agent: Agent, envs: InProcessEnvs | EnvWorkers, group_size, seeds, opti
                                        initial_observation=str(info.get("raw_observation",
                                                                         prompt))))
     live = list(range(num_envs))
-    bar = progress_bar(total=num_envs, desc="rollout", unit="episode", disable=not progress)
+    bar = progress_bar(total=num_envs, desc="rollout", unit="episode", progress=progress)
     step = 0
     while live:
         outputs = agent.decide([prompts[i] for i in live], [infos[i] for i in live],

@@ -3,9 +3,11 @@
 In a terminal, a tqdm bar. Anywhere else (a log file, CI, ``nohup``), tqdm would still redraw
 its bar with ``\\r`` and escape codes, thousands of times in a long run; there
 :func:`progress_bar` prints a plain line at each further 10 % of the total and at least every
-``min_interval`` (15) seconds of progress instead, with the same ``update`` / ``set_postfix`` /
-``write`` / ``close`` calls. :func:`quiet_libraries` keeps the libraries' own bars and
-warnings out of paw-gym's output.
+``min_interval`` (:data:`SILENCE_S`) seconds instead, with the same ``update`` /
+``set_postfix`` / ``write`` / ``close`` calls. A phase whose end another line reports (the trainer's rollout,
+update and validation) asks for ``progress="heartbeat"``: a bar in a terminal, elsewhere only
+the line that ends ``min_interval`` seconds of silence. :func:`quiet_libraries` keeps the
+libraries' own bars and warnings out of paw-gym's output.
 
 Example:
     >>> bar = progress_bar(total=100, desc="rollout", disable=False)   # doctest: +SKIP
@@ -18,7 +20,16 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Iterable, Iterator, TextIO
+from typing import Any, Iterable, Iterator, Literal, TextIO, Union
+
+#: What a ``progress`` argument takes: ``False`` (nothing), ``True`` (a bar; outside a terminal,
+#: lines at each 10 % and after each ``min_interval`` of silence) or ``"heartbeat"`` (a bar;
+#: outside a terminal, only the lines after ``min_interval`` of silence).
+Progress = Union[bool, Literal["heartbeat"]]
+
+#: Longest silence outside a terminal, in seconds: a bar prints a line when this passed without
+#: one (issue 42: no phase of any command silent for longer).
+SILENCE_S = 15.0
 
 
 def is_terminal(stream: TextIO | None = None) -> bool:
@@ -74,9 +85,16 @@ def quiet_libraries() -> None:
 
 def progress_bar(iterable: Iterable | None = None, *, total: int | None = None, desc: str = "",
                  unit: str = "it", initial: int = 0, disable: bool = False, leave: bool = True,
-                 file: TextIO | None = None, min_interval: float = 15.0):
+                 file: TextIO | None = None, min_interval: float | None = None,
+                 progress: Progress = True):
     """A tqdm bar in a terminal, else a :class:`LineProgress` (no ``\\r``, few lines); like
-    tqdm, it wraps ``iterable`` when one is given."""
+    tqdm, it wraps ``iterable`` when one is given. ``progress`` (:data:`Progress`) is the
+    caller's setting: ``False`` disables the bar as ``disable`` does, ``"heartbeat"`` keeps only
+    the silence-ending lines outside a terminal. ``min_interval`` defaults to
+    :data:`SILENCE_S`."""
+    if progress not in (True, False, "heartbeat"):
+        raise ValueError(f"progress={progress!r}: use True, False or 'heartbeat'")
+    disable = disable or not progress
     stream = sys.stderr if file is None else file
     if total is None and iterable is not None and hasattr(iterable, "__len__"):
         total = len(iterable)
@@ -86,7 +104,9 @@ def progress_bar(iterable: Iterable | None = None, *, total: int | None = None, 
         return tqdm(iterable, total=total, desc=desc, unit=unit, initial=initial,
                     disable=disable, leave=leave, file=stream, dynamic_ncols=True)
     return LineProgress(iterable, total=total, desc=desc, unit=unit, initial=initial,
-                        disable=disable, file=stream, min_interval=min_interval)
+                        disable=disable, file=stream,
+                        min_interval=SILENCE_S if min_interval is None else min_interval,
+                        heartbeat_only=progress == "heartbeat")
 
 
 def _heartbeat(bar_ref: "weakref.ref[LineProgress]", stopped: threading.Event) -> None:
@@ -112,13 +132,17 @@ class LineProgress:
     """tqdm's bar interface, printing ``desc: n/total unit (elapsed) postfix`` lines: at every
     further 10 % of ``total``, at close, and whenever ``min_interval`` seconds passed without
     one, even with no update in between (a background thread; a batched rollout may finish no
-    episode for minutes), so no phase is silent for longer in a log file."""
+    episode for minutes), so no phase is silent for longer in a log file. With
+    ``heartbeat_only`` it prints only the last kind: a phase shorter than ``min_interval``
+    leaves no line."""
 
     def __init__(self, iterable: Iterable | None = None, *, total: int | None, desc: str,
-                 unit: str, initial: int, disable: bool, file: TextIO, min_interval: float):
+                 unit: str, initial: int, disable: bool, file: TextIO, min_interval: float,
+                 heartbeat_only: bool = False):
         self.iterable = iterable
         self.total, self.desc, self.unit, self.n = total, desc, unit, initial
         self.disable, self.file, self.min_interval = disable, file, min_interval
+        self.heartbeat_only = heartbeat_only
         self.postfix = ""
         self._start = self._last_print = time.monotonic()
         self._printed_n: int | None = None
@@ -130,7 +154,7 @@ class LineProgress:
 
     def update(self, n: int = 1) -> None:
         self.n += n
-        if self.disable:
+        if self.disable or self.heartbeat_only:
             return
         due = time.monotonic() - self._last_print >= self.min_interval
         if self.total:
@@ -147,7 +171,8 @@ class LineProgress:
 
     def close(self) -> None:
         self._stopped.set()
-        if not self.disable and self.n != self._printed_n and (self.n or self.total):
+        if not (self.disable or self.heartbeat_only) and self.n != self._printed_n and (
+                self.n or self.total):
             self._print()
         self.disable = True
 

@@ -44,3 +44,28 @@ def test_a_phase_without_updates_still_prints_a_line_and_stops_at_close():
                                        and line.endswith(", step=2)") for line in lines)
     time.sleep(0.7)
     assert stream.getvalue().splitlines() == lines  # closed: no more lines
+
+
+def test_a_heartbeat_bar_prints_only_after_silence():
+    """``progress="heartbeat"`` (a phase whose end another line reports): no line at tenths or at
+    close, one line once ``min_interval`` passed without one."""
+    stream = io.StringIO()
+    bar = progress_bar(total=10, desc="update", file=stream, min_interval=0.3,
+                       progress="heartbeat")
+    for _ in range(10):
+        bar.update(1)
+    assert stream.getvalue() == ""
+    time.sleep(0.8)
+    bar.close()
+    lines = stream.getvalue().splitlines()
+    assert lines and all(line.startswith("update: 10/10 it (") for line in lines)
+    quiet = io.StringIO()
+    progress_bar(total=10, desc="update", file=quiet, progress=False).update(10)
+    assert quiet.getvalue() == ""
+
+
+def test_a_progress_setting_outside_the_three_is_refused():
+    import pytest
+
+    with pytest.raises(ValueError, match=r"progress='yes': use True, False or 'heartbeat'"):
+        progress_bar(total=1, progress="yes")

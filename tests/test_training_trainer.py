@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -412,6 +413,40 @@ def test_a_logged_run_prints_each_phase_of_an_update(tiny_model_dir, tmp_path, c
         assert re.match(rf"step {step}/2 update: \d+ transitions, 1 optimizer step\(s\) in ",
                         lines[rollout + 1])
         assert lines[rollout + 2].startswith(f"step {step}/2 |")
+
+
+def test_no_phase_of_a_logged_run_is_silent_for_long(tiny_model_dir, tmp_path, capsys,
+                                                     monkeypatch):
+    """Outside a terminal, a rollout, an update and a validation that each take several times
+    the silence limit (here 0.2 s, instead of 15) print a line inside the phase, not only at its
+    end; with ``progress`` off they print none."""
+    import paw_gym.progress
+    from tests.envs import GuessNumberEnv
+    from training.trainer import PaWTrainer
+
+    monkeypatch.setattr(paw_gym.progress, "SILENCE_S", 0.2)
+    step = GuessNumberEnv._step
+    monkeypatch.setattr(GuessNumberEnv, "_step",
+                        lambda self, action: time.sleep(0.1) or step(self, action))
+    optimize = PaWTrainer._optimize
+    monkeypatch.setattr(PaWTrainer, "_optimize",
+                        lambda self, *a, **k: time.sleep(0.7) or optimize(self, *a, **k))
+    settings = dict(model=str(tiny_model_dir), env_id="Test/GuessNumber-v0", n_groups=2,
+                    group_size=2, max_new_tokens=8, total_steps=1, device="cpu", log_every=1,
+                    save_every=0, record_replay=False, val_every=1, val_limit=2)
+    PaWTrainer(TrainConfig(**settings, output_dir=str(tmp_path / "run"))).train()
+    lines = capsys.readouterr().err.splitlines()
+    rollout_done = next(i for i, line in enumerate(lines) if line.startswith("step 1/1 rollout:"))
+    update_done = next(i for i, line in enumerate(lines) if line.startswith("step 1/1 update:"))
+    assert any(re.match(r"rollout: \d/4 episode \(\d+ s", line) for line in lines[:rollout_done])
+    assert any(re.match(r"update: 1/1 mini-batch \(\d+ s", line)
+               for line in lines[rollout_done:update_done])
+    assert any(re.match(r"rollout: \d/2 episode \(\d+ s", line) for line in lines[update_done:])
+
+    PaWTrainer(TrainConfig(**settings, output_dir=str(tmp_path / "quiet"),
+                           progress=False)).train()
+    assert not any(line.startswith(("rollout:", "update:"))
+                   for line in capsys.readouterr().err.splitlines())
 
 
 #: `paw-gym train` under a file-size limit (RLIMIT_FSIZE): the OS refuses writes past it, as a

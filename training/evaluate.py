@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from agents.types import Trajectory
+from paw_gym.progress import Progress
 
 OVERALL = "overall"
 #: Episodes played on an env without a task list when no limit is given.
@@ -298,7 +299,7 @@ def plan_evaluation(env_id: str, *, split: str | None = HELD_OUT, limit: int | N
 def evaluate(agent, env_id: str, task_seeds: Sequence[int] | EvalPlan, *,
              temperature: float | None = None, max_new_tokens: int = 512,
              max_steps: int | None = None, seed: int = 0, trials: int = 1,
-             progress: bool = False, meta: dict[str, Any] | None = None,
+             progress: Progress = False, meta: dict[str, Any] | None = None,
              env_kwargs: dict[str, Any] | None = None, num_env_workers: int = 0,
              **env_settings: Any) -> EvalResult:
     """Play the episodes of ``task_seeds`` with ``agent`` (a policy or an ``agents`` Agent).

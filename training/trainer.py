@@ -19,7 +19,7 @@ import torch
 
 from agents.serialization import TransitionSerializer
 from agents.types import Trajectory
-from paw_gym.progress import is_terminal, progress_bar, quiet_outside_terminal
+from paw_gym.progress import Progress, is_terminal, progress_bar, quiet_outside_terminal
 from training.config import TrainConfig, save_config
 from training.infra import checkpoint as ckpt
 from training.infra import distributed
@@ -107,8 +107,7 @@ class PaWTrainer:
         if collect is None:
             from training.rl.collect import EnvCollector
 
-            # On a terminal the rollout shows its episodes; a log gets one line per phase.
-            collect = EnvCollector(config, progress=self._show_bars())
+            collect = EnvCollector(config, progress=self._phase_progress())
         self.collect = collect
         self.device = next(self.model.parameters()).device
         self.settings = ObjectiveSettings(
@@ -286,6 +285,7 @@ class PaWTrainer:
                                 max_steps=config.max_episode_steps,
                                 seed=config.seed * world.world_size + world.rank,
                                 env_kwargs=env_kwargs, num_env_workers=config.num_env_workers,
+                                progress=self._phase_progress(),
                                 **prompt_kwargs(config)).trajectories
         result = summarize(world.gather(episodes))
         overall = result.row()
@@ -399,9 +399,13 @@ class PaWTrainer:
         self.step += 1
         return metrics
 
-    def _show_bars(self) -> bool:
-        """Progress bars within a phase: rank 0, on a terminal, unless ``progress`` is off."""
-        return self.config.progress and self.world.is_main and is_terminal()
+    def _phase_progress(self) -> Progress:
+        """Progress within a phase (rollout, update, validation), on rank 0 unless ``progress``
+        is off: a bar in a terminal; in a log, which gets a line per phase, only a line after
+        each 15 s without one, so that no phase is silent for longer."""
+        if not (self.config.progress and self.world.is_main):
+            return False
+        return True if is_terminal() else "heartbeat"
 
     def _log_phase(self, text: str) -> None:
         """Outside a terminal (a log file), one line per phase of an update that prints its
@@ -482,7 +486,7 @@ class PaWTrainer:
         size = n if config.mini_batch_size <= 0 else config.mini_batch_size
         norms = []
         bar = progress_bar(total=config.ppo_epochs * math.ceil(n / size), desc="update",
-                           unit="mini-batch", leave=False, disable=not self._show_bars())
+                           unit="mini-batch", leave=False, progress=self._phase_progress())
         for _ in range(config.ppo_epochs):
             order = torch.randperm(n, generator=order_rng).tolist()
             for begin in range(0, n, size):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents.types import Trajectory
+from paw_gym.progress import Progress
 from training.config import TrainConfig
 
 
@@ -24,7 +25,7 @@ class EnvCollector:
     one group of ``group_size`` episodes per task seed, all groups stepped in one batch (the
     envs in ``config.num_env_workers`` worker processes when set, see ``agents.rollout``)."""
 
-    def __init__(self, config: TrainConfig, progress: bool = False):
+    def __init__(self, config: TrainConfig, progress: Progress = False):
         self.config = config
         self.progress = progress
 
