@@ -218,7 +218,9 @@ def test_help_shows_types_and_defaults(capsys):
     for shown in ("--total_steps INT, --total-steps INT", "(default: 150)",
                   "--algo {grpo,gigpo,rloo,ppo}", "--paw [true|false]", "--lr FLOAT",
                   "--history_length INT|none", "--env_kwargs KEY=VALUE[,...]",
-                  "--lora_target_modules STR [STR ...]", "--config FILE.yaml"):
+                  "--lora_target_modules STR [STR ...]", "--config FILE.yaml",
+                  "--rollout_correction {none,token_truncate,token_mask,sequence_truncate,"
+                  "sequence_mask}", "--rollout_correction_cap FLOAT"):
         assert shown in text, shown
     for command in ("play", "sft", "demo", "build-tiny-model", "gen-alfworld",
                     "serve-retriever", "envs"):

@@ -80,6 +80,8 @@ def _literal_objective(model, samples, selected, lam, st):
                                           torch.tensor(samples[i].advantage), st.clip_eps)
             if st.kl_coef:
                 loss = loss + st.kl_coef * kl_k3(act, torch.tensor(samples[i].ref_logprobs))
+            if samples[i].is_weights is not None:
+                loss = loss * torch.tensor(samples[i].is_weights)
             if st.entropy_coef:
                 loss = loss - st.entropy_coef * _naive_action_entropy(model, samples[i])
             tok.append(loss)
@@ -277,6 +279,34 @@ def test_micro_batched_objective_equals_literal_objective(model, settings):
     grads = _grads(model)
     for name, grad in expected_grads.items():
         assert torch.allclose(grads[name], grad, atol=1e-5, rtol=1e-3), name
+
+
+def test_rollout_correction_weights_scale_each_action_tokens_rl_terms(model):
+    """``Sample.is_weights`` (``training.rl.correction``) multiply each action token's PPO-clip
+    and KL terms, not the entropy bonus or the WM term: the literal objective, row by row."""
+    samples = _samples(model, ref=True)
+    gen = torch.Generator().manual_seed(3)
+    for s in samples:
+        s.is_weights = (2 * torch.rand(s.action_len, generator=gen)).tolist()
+    samples[0].is_weights = [0.0] * samples[0].action_len  # a masked action
+    selected = torch.tensor([i % 2 == 0 for i in range(len(samples))])
+    lam = {0: 0.8, 1: 0.3, 2: 1.0}
+    settings = ObjectiveSettings(kl_coef=0.1)
+    model.zero_grad()
+    expected = _literal_objective(model, samples, selected, lam, settings)
+    expected.backward()
+    expected_grads = _grads(model)
+    model.zero_grad()
+    got, _ = _batched_objective(model, samples, selected, lam, settings, budget=40)
+    assert got == pytest.approx(expected.item(), rel=1e-4, abs=1e-6)
+    for name, grad in expected_grads.items():
+        assert torch.allclose(_grads(model)[name], grad, atol=1e-5, rtol=1e-3), name
+    model.zero_grad()
+    for s in samples:
+        s.is_weights = None
+    unweighted, _ = _batched_objective(model, samples, selected, lam, settings, budget=40)
+    model.zero_grad()
+    assert unweighted != pytest.approx(got, rel=1e-3)
 
 
 def test_objective_weights_are_group_means_and_lambda_zero_removes_wm(model):

@@ -28,6 +28,9 @@ LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_
                        "down_proj")
 
 Algo = Literal["grpo", "gigpo", "rloo", "ppo"]
+#: ``rollout_correction`` modes (``training.rl.correction`` states each formula).
+RolloutCorrection = Literal["none", "token_truncate", "token_mask", "sequence_truncate",
+                            "sequence_mask"]
 ALGOS: tuple[str, ...] = typing.get_args(Algo)
 
 
@@ -177,6 +180,17 @@ class TrainConfig(CheckedConfig):
     """k3 KL-to-reference weight (reference = adapters disabled under LoRA)."""
     rl_agg: Literal["token", "sequence"] = "token"
     """RL loss aggregation inside a group: token or sequence."""
+    rollout_correction: RolloutCorrection = "none"
+    """Importance weights for the gap between the policy that sampled the rollout (its stored
+    log-probs) and the weights the update starts from, which the trainer scores in one extra
+    no-grad pass; the PPO ratio is then taken against those weights. ``token_truncate``:
+    w = min(r, cap) per token; ``token_mask``: w = r, or 0 where r > cap; ``sequence_truncate`` /
+    ``sequence_mask``: the same with r the product over the action's tokens; ``none``: no
+    weights, the ratio against the stored log-probs (formulas: ``training.rl.correction``).
+    Useful with vLLM rollouts or any sampler whose numerics or weights differ from the
+    trainer's; the PaW term takes no weight."""
+    rollout_correction_cap: float = bounded(2.0, 1)
+    """Cap C of ``rollout_correction`` (verl's token default 2; TRL's 3)."""
     # -- optimisation -------------------------------------------------------------------------
     total_steps: int = bounded(150, 1, 10**7, note="the number of RL updates")
     """RL updates (one rollout each)."""

@@ -29,6 +29,7 @@ from training.models import (Reference, ValueModel, build_policy, build_vllm_pol
                              trainable_parameters)
 from training.preflight import preflight
 from training.rl.batch import collate, token_budget_batches
+from training.rl.correction import correction_weights
 from training.rl.diagnostics import gradient_shares, noisy_token_mask
 from training.rl.objective import (ObjectiveSettings, PolicyScorer, gather_logprobs,
                                    micro_batch_loss, objective_weights)
@@ -478,6 +479,8 @@ class PaWTrainer:
                 RuntimeWarning, stacklevel=2)
         if self.reference is not None:
             self._attach_reference_logprobs(batch)
+        correction = (self._apply_rollout_correction(batch)
+                      if config.rollout_correction != "none" else {})
         # Measured on the weights that sampled the rollout, before this update changes them.
         noise = self._noise_gradient_shares(batch) if config.noise_gradient_metric else {}
         totals: dict[str, float] = {}
@@ -505,7 +508,7 @@ class PaWTrainer:
                                     if k not in RANK_INDEPENDENT_TOTALS})
         totals = {**totals, **summed}
         update_time = time.perf_counter() - start - waited
-        return {**self._metrics(batch, totals, norms, update_time), **noise}
+        return {**self._metrics(batch, totals, norms, update_time), **noise, **correction}
 
     def _gather_rollout(self, trajectories: list[Trajectory], values: list[list[float]] | None
                         ) -> tuple[list[Trajectory], list[list[float]] | None]:
@@ -587,6 +590,43 @@ class PaWTrainer:
         """The unsharded model with the weights of this step's rollout (the training model
         itself unless it is sharded)."""
         return self.model if self.sampler is None else self.sampler.model
+
+    @torch.no_grad()
+    def _apply_rollout_correction(self, batch: RolloutBatch) -> dict[str, float]:
+        """Score every action token with the weights the update starts from (π_old), weight it
+        by ``rollout_correction`` against the rollout's own log-probs (μ), and take the PPO
+        ratio against π_old from here on (``training.rl.correction``). Each rank scores its
+        share of the rows (every rank joins each pass: FSDP's are collective); the scores are
+        gathered. Returns the correction's metrics for this update."""
+        config, samples = self.config, batch.samples
+        mine = self._own_rows(batch, list(range(len(samples))), with_obs=False)
+        scored = {}
+        parts = self._micro_batches(batch, mine, with_obs=False) or [[0]]
+        for micro, extra in self.world.equal_passes(parts):
+            mb = collate(samples, micro, self.policy.pad_id, self.device, with_obs=False)
+            logprobs = self.scorer(mb, score_obs=False,
+                                   action_temperature=self.settings.action_temperature,
+                                   chunk_size=config.logits_chunk).logprobs
+            if extra or not mine:
+                continue
+            for r, i in enumerate(micro):
+                s = samples[i]
+                scored[i] = logprobs[r, s.prompt_len:s.prompt_len + s.action_len].tolist()
+        for part in self.world.gather([scored]):
+            scored.update(part)
+        width = max(s.action_len for s in samples)
+        pad = lambda rows: torch.tensor([row + [0.0] * (width - len(row))  # noqa: E731
+                                         for row in rows], dtype=torch.float64)
+        result = correction_weights(
+            pad([scored[i] for i in range(len(samples))]), pad([s.old_logprobs for s in samples]),
+            pad([[1.0] * s.action_len for s in samples]).bool(), config.rollout_correction,
+            config.rollout_correction_cap)
+        for i, s in enumerate(samples):
+            s.old_logprobs = scored[i]
+            s.is_weights = result.weights[i, :s.action_len].tolist()
+        return {"rollout_logprob_gap": result.gap_mean, "rollout_logprob_gap_max": result.gap_max,
+                "rollout_corrected_frac": result.corrected_frac,
+                "rollout_weight_mean": result.weight_mean}
 
     def _optimize(self, batch: RolloutBatch, rows: list[int], totals: dict[str, float]):
         """Accumulate gradients over the micro-batches of ``rows``; one guarded optimizer step.

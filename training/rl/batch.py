@@ -36,6 +36,9 @@ class Sample:
     """The WM selection score H(a|h) from the rollout (``TrainConfig.entropy_score``)."""
     ref_logprobs: list[float] | None = None
     """Reference-policy log-prob of each action token (KL term), when computed."""
+    is_weights: list[float] | None = None
+    """Rollout-correction weight of each action token (``training.rl.correction``), when the
+    correction is on; ``old_logprobs`` then hold the trained policy's log-probs."""
     value_target: float = 0.0
     """PPO only: the critic's regression target (GAE return)."""
     old_value: float = 0.0
@@ -107,6 +110,9 @@ class MicroBatch:
     leak_positions: torch.Tensor | None = None
     """``[B]`` position of each row's last action token (whose next-token distribution the
     leak metric reads)."""
+    is_weights: torch.Tensor | None = None
+    """``[B, L]`` rollout-correction weights at action positions (``Sample.is_weights``), or
+    None when the correction is off."""
 
 
 def collate(samples: list[Sample], rows: list[int], pad_id: int,
@@ -126,6 +132,8 @@ def collate(samples: list[Sample], rows: list[int], pad_id: int,
     old = torch.zeros(shape, dtype=torch.float32)
     has_ref = all(s.ref_logprobs is not None for s in chosen)
     ref = torch.zeros(shape, dtype=torch.float32) if has_ref else None
+    has_weights = all(s.is_weights is not None for s in chosen)
+    weights = torch.zeros(shape, dtype=torch.float32) if has_weights else None
     for r, (s, n) in enumerate(zip(chosen, lengths)):
         a0, a1 = s.prompt_len, s.prompt_len + s.action_len
         input_ids[r, :n] = torch.tensor(s.input_ids[:n], dtype=torch.long)
@@ -136,6 +144,8 @@ def collate(samples: list[Sample], rows: list[int], pad_id: int,
         old[r, a0:a1] = torch.tensor(s.old_logprobs, dtype=torch.float32)
         if ref is not None:
             ref[r, a0:a1] = torch.tensor(s.ref_logprobs, dtype=torch.float32)
+        if weights is not None:
+            weights[r, a0:a1] = torch.tensor(s.is_weights, dtype=torch.float32)
     advantages = torch.tensor([s.advantage for s in chosen], dtype=torch.float32)
     leak_targets = torch.tensor([-1 if s.leak_target is None else s.leak_target
                                  for s in chosen], dtype=torch.long)
@@ -143,4 +153,5 @@ def collate(samples: list[Sample], rows: list[int], pad_id: int,
                                   dtype=torch.long)
     to = lambda t: None if t is None else t.to(device)  # noqa: E731
     return MicroBatch(to(input_ids), to(attention), to(action), to(obs), to(old), to(ref),
-                      to(advantages), list(rows), to(leak_targets), to(leak_positions))
+                      to(advantages), list(rows), to(leak_targets), to(leak_positions),
+                      to(weights))

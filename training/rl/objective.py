@@ -4,7 +4,9 @@
 
 L_RL(g) is the PPO-clip loss (+ optional KL to the reference, − optional entropy bonus β·H of
 the full next-token distribution) averaged over the action tokens of group g ("token"
-aggregation) or over its transitions ("sequence"). A group with no selected
+aggregation) or over its transitions ("sequence"); with a rollout correction on, each action
+token's PPO-clip and KL terms carry its importance weight (``training.rl.correction``). A
+group with no selected
 transition has no WM term. The objective is linear in per-row terms whose weights depend only
 on counts known before the pass (:func:`objective_weights`), so any split of a mini-batch into
 token-budget micro-batches, with the micro-batch losses summed (gradient accumulation), gives
@@ -335,6 +337,8 @@ def micro_batch_loss(model, batch: MicroBatch, w_rl: torch.Tensor, w_wm: torch.T
         token_loss = token_loss + settings.kl_coef * kl
     else:
         kl = torch.zeros_like(logprobs)
+    if batch.is_weights is not None:  # rollout correction (training.rl.correction)
+        token_loss = token_loss * batch.is_weights
     per_row_rl = (token_loss * action).sum(-1)
     loss = (w_rl * per_row_rl).sum()
     if settings.entropy_coef > 0:  # same weights as the RL tokens: a per-group mean entropy
