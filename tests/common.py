@@ -16,3 +16,10 @@ GUESS_ID = "Test/GuessNumber-v0"
 if GUESS_ID not in gym.registry:
     paw_gym.register_text_env(GUESS_ID, "tests.envs:GuessNumberEnv", max_episode_steps=6,
                               description="guess a hidden number (test env)")
+
+
+def replay_record_key(record: dict) -> tuple:
+    """What identifies a trainer's replay record and what it says (resume tests compare runs'
+    replays by it)."""
+    return (record["update"], record["episode_id"], record["step"], record["h"], record["a"],
+            record["o_next"], record["wm_selected"], record["lambda_g"])

@@ -220,7 +220,8 @@ def test_help_shows_types_and_defaults(capsys):
                   "--history_length INT|none", "--env_kwargs KEY=VALUE[,...]",
                   "--lora_target_modules STR [STR ...]", "--config FILE.yaml",
                   "--rollout_correction {none,token_truncate,token_mask,sequence_truncate,"
-                  "sequence_mask}", "--rollout_correction_cap FLOAT"):
+                  "sequence_mask}", "--rollout_correction_cap FLOAT",
+                  "--async_rollouts [true|false]", "--max_staleness INT"):
         assert shown in text, shown
     for command in ("play", "sft", "demo", "build-tiny-model", "gen-alfworld",
                     "serve-retriever", "envs"):

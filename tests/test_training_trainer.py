@@ -22,6 +22,7 @@ from training.infra.checkpoint import latest_checkpoint  # noqa: E402
 from training.infra.metrics_log import read_metrics  # noqa: E402
 from training.rl.collect import EnvCollector  # noqa: E402
 from training.trainer import PaWTrainer  # noqa: E402
+from tests.common import replay_record_key  # noqa: E402
 from wrappers import WMReplay  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -196,14 +197,9 @@ def test_resume_after_kill_reproduces_the_uninterrupted_run(tiny_model_dir, tmp_
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
     # the replay holds every transition of the three updates exactly once, as the full run's
     replays = [WMReplay.load(tmp_path / run / "replay").records for run in ("full", "killed")]
-    assert sorted(map(_record_key, replays[0])) == sorted(map(_record_key, replays[1]))
-    assert len(set(map(_record_key, replays[1]))) == len(replays[1])
+    assert sorted(map(replay_record_key, replays[0])) == sorted(map(replay_record_key, replays[1]))
+    assert len(set(map(replay_record_key, replays[1]))) == len(replays[1])
     assert {r["update"] for r in replays[1]} == {1, 2, 3}
-
-
-def _record_key(record: dict) -> tuple:
-    return (record["update"], record["episode_id"], record["step"], record["h"], record["a"],
-            record["o_next"], record["wm_selected"], record["lambda_g"])
 
 
 def test_wm_coverage_metrics_count_what_the_term_trains_on(tiny_model_dir, tmp_path):

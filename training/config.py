@@ -191,6 +191,14 @@ class TrainConfig(CheckedConfig):
     trainer's; the PaW term takes no weight."""
     rollout_correction_cap: float = bounded(2.0, 1)
     """Cap C of ``rollout_correction`` (verl's token default 2; TRL's 3)."""
+    async_rollouts: bool = False
+    """Sample the next rollouts in a worker process while the trainer updates: rollout s is
+    sampled by the weights after update max(0, s − max_staleness), so sampling and training
+    overlap (``training.rl.async_rollout``). One process (no torchrun), HF rollouts; the worker
+    holds a second copy of the model. Set ``rollout_correction`` with a staleness >= 1."""
+    max_staleness: int = bounded(1, 0, 10**3)
+    """With ``async_rollouts``: the most updates a rollout's sampling weights may be behind the
+    weights it is trained on (0: the synchronous schedule, in the worker)."""
     # -- optimisation -------------------------------------------------------------------------
     total_steps: int = bounded(150, 1, 10**7, note="the number of RL updates")
     """RL updates (one rollout each)."""
@@ -310,6 +318,9 @@ class TrainConfig(CheckedConfig):
         if self.group_size < 2 and self.algo in ("grpo", "gigpo", "rloo"):
             raise bad("group_size", f"an integer >= 2 for algo={self.algo!r} (a group of one "
                                     "rollout has no one to compare with: every advantage is 0)")
+        if self.async_rollouts and self.rollout_backend != "hf":
+            raise bad("rollout_backend", "hf with async_rollouts (its worker samples with an HF "
+                                         "policy; vLLM is not built for it)")
         if self.clip_eps_high is not None and not self.clip_eps_high >= self.clip_eps:
             raise bad("clip_eps_high", f"a number >= clip_eps ({self.clip_eps}) or none")
         if self.val_wm_replay is not None and not Path(self.val_wm_replay).is_dir():

@@ -28,6 +28,9 @@ from training.infra.plots import plot_curves
 from training.models import (Reference, ValueModel, build_policy, build_vllm_policy,
                              trainable_parameters)
 from training.preflight import preflight
+from training.rl.async_rollout import (AsyncRollouts, Rollout, RolloutRequest, all_weights,
+                                       rollouts_from_json, rollouts_to_json,
+                                       trainable_weights)
 from training.rl.batch import collate, token_budget_batches
 from training.rl.correction import correction_weights
 from training.rl.diagnostics import gradient_shares, noisy_token_mask
@@ -153,6 +156,8 @@ class PaWTrainer:
         self._own_trajectories = range(0)  # this rank's rollout within _last_batch
         self.resumed_from: Path | None = None
         self.resumed_config: dict[str, Any] | None = None
+        self._async: AsyncRollouts | None = None  # async_rollouts' worker, from the 1st step
+        self._restored_rollouts: list[Rollout] = []  # sampled ahead, from a checkpoint
 
     def _check_memory(self) -> None:
         """Print the per-process memory estimate (rank 0; on a GPU, or for a model of 100 M
@@ -250,6 +255,7 @@ class PaWTrainer:
             raise
         finally:
             bar.close()
+            self.close()
             if logger:
                 logger.close()
                 if interrupted:  # the curves of the updates that ran, and how to go on
@@ -364,26 +370,29 @@ class PaWTrainer:
                 f"{out / 'config.yaml'} --resume")
 
     def train_step(self) -> dict[str, Any]:
-        """One rollout + update; increments :attr:`step`."""
-        config = self.config
-        step_seed = config.seed * 1_000_003 + self.step
-        seed_everything(step_seed)
-        rng = random.Random(step_seed)
-        ppo = config.algo == "ppo"
-        n_tasks = config.rollout_groups
-        task_seeds = [rng.randrange(config.train_task_seeds) for _ in range(n_tasks)]
-        world = self.world
-        mine = distributed.group_shard(n_tasks, world.world_size, world.rank)
+        """One rollout + update; increments :attr:`step`. With ``async_rollouts`` the rollout
+        comes from the worker, sampled while earlier updates ran."""
+        config, world = self.config, self.world
+        request = self._rollout_request(self.step)
         start = time.perf_counter()
-        # Each rank samples with its own seed (= step_seed in a world of one).
-        trajectories = self.collect(self._rollout_policy(), task_seeds[mine.start:mine.stop],
-                                    1 if ppo else config.group_size, config.temperature,
-                                    step_seed * world.world_size + world.rank)
+        waited = None
+        if config.async_rollouts:
+            rollout, waited = self._async_rollouts().take(self.step)
+            seed_everything(request.step_seed)
+        else:
+            seed_everything(request.step_seed)
+            trajectories = self.collect(self._rollout_policy(), request.task_seeds,
+                                        request.group_size, request.temperature,
+                                        request.sampling_seed)
+            rollout = Rollout(self.step, self.step, trajectories, time.perf_counter() - start)
+        trajectories = rollout.trajectories
         for trajectory in trajectories:
-            trajectory.group_index += mine.start
-        rollout_time = time.perf_counter() - start
+            trajectory.group_index += request.group_offset
         self._log_phase(f"rollout: {len(trajectories)} episodes, "
-                        f"{sum(len(t) for t in trajectories)} env steps in {rollout_time:.1f} s")
+                        f"{sum(len(t) for t in trajectories)} env steps in "
+                        f"{rollout.seconds:.1f} s" + (f" (waited {waited:.1f} s, policy "
+                                                      f"version {rollout.version})"
+                                                      if waited is not None else ""))
         metrics = self.update(trajectories)
         self._log_phase(f"update: {metrics['transitions']} transitions, "
                         f"{metrics['optimizer_steps']} optimizer step(s) in "
@@ -391,14 +400,50 @@ class PaWTrainer:
         generated = sum(len(s.output.response_ids) for t in trajectories for s in t.transitions)
         generated = world.reduce({"tokens": generated})["tokens"]
         # The slowest rank's rollout is the one the update waits for.
-        rollout_time = world.reduce({"time": rollout_time}, "max")["time"]
-        metrics.update(rollout_time=rollout_time, step_time=time.perf_counter() - start,
-                       gen_tokens_per_s=generated / max(rollout_time, 1e-9))
-        if self.sampler is not None or (self.vllm is not None and not self.config.lora):
+        rollout_time = world.reduce({"time": rollout.seconds}, "max")["time"]
+        metrics.update(rollout_time=rollout_time, gen_tokens_per_s=generated / max(rollout_time,
+                                                                                   1e-9))
+        if waited is not None:
+            self._async.publish(self.step + 1, trainable_weights(self.model))
+            metrics.update(rollout_wait_time=waited, policy_version=rollout.version,
+                           staleness=rollout.staleness,
+                           weight_sync_time=self._async.weight_sync_time)
+        elif self.sampler is not None or (self.vllm is not None and not self.config.lora):
             # the full-weight refresh, included in rollout_time
             metrics["weight_sync_time"] = world.reduce({"s": self.weight_sync_time}, "max")["s"]
+        metrics["step_time"] = time.perf_counter() - start
         self.step += 1
         return metrics
+
+    def _rollout_request(self, step: int) -> RolloutRequest:
+        """This rank's rollout of update ``step``: its tasks (``rollout_groups`` seeds drawn
+        from (seed, step), this rank's contiguous share) and seeds, the same whether it is
+        sampled here or by the asynchronous worker."""
+        config, world = self.config, self.world
+        step_seed = config.seed * 1_000_003 + step
+        rng = random.Random(step_seed)
+        task_seeds = [rng.randrange(config.train_task_seeds) for _ in range(config.rollout_groups)]
+        mine = distributed.group_shard(config.rollout_groups, world.world_size, world.rank)
+        # Each rank samples with its own seed (= step_seed in a world of one).
+        return RolloutRequest(step, task_seeds[mine.start:mine.stop],
+                              1 if config.algo == "ppo" else config.group_size,
+                              config.temperature, step_seed * world.world_size + world.rank,
+                              step_seed, group_offset=mine.start)
+
+    def _async_rollouts(self) -> AsyncRollouts:
+        """The rollout worker, started at the current update with the current weights and the
+        rollouts a resumed checkpoint stored."""
+        if self._async is None:
+            self._async = AsyncRollouts(self.config, self._rollout_request)
+            self._async.start(self.step, all_weights(self.model), self._restored_rollouts)
+            self._restored_rollouts = []
+        return self._async
+
+    def close(self) -> None:
+        """Stop the asynchronous rollout worker, if one runs (``train`` does this itself)."""
+        if self._async is not None:
+            self._async.close()
+            self._async = None
 
     def _phase_progress(self) -> Progress:
         """Progress within a phase (rollout, update, validation), on rank 0 unless ``progress``
@@ -791,6 +836,9 @@ class PaWTrainer:
                 save_file({k: v.contiguous() for k, v in self.critic.state_dict().items()},
                           str(path / "critic.safetensors"))
                 ckpt.save_optimizer(self.critic_optimizer, path / "critic_optimizer")
+        ahead = self._async.drain(self.step) if self._async is not None else None
+        if ahead is not None:  # async_rollouts (one process): what the next updates train on
+            (path / AHEAD_FILE).write_text(rollouts_to_json(ahead), encoding="utf-8")
         tensors, rng_meta = ckpt.rng_state()
         save_file(tensors, str(path / ckpt.rng_file(world.rank)))
         rng_states = world.gather([rng_meta])
@@ -800,6 +848,9 @@ class PaWTrainer:
                      "scheduler": self.scheduler.state_dict(), "rng": rng_states[0],
                      "world_size": world.world_size, "rank_rng": rng_states[1:],
                      "config": asdict(self.config)}
+            if ahead is not None:
+                state["rollouts_ahead"] = {"max_staleness": self.config.max_staleness,
+                                           "steps": [rollout.step for rollout in ahead]}
             # state.json last: its presence marks the checkpoint complete.
             ckpt.write_json_atomically(path / "state.json", state)
             ckpt.prune(self.config.output_dir, self.config.keep_checkpoints)
@@ -853,10 +904,37 @@ class PaWTrainer:
                 self.critic.load_state_dict(load_file(str(path / "critic.safetensors")))
                 ckpt.load_optimizer(self.critic_optimizer, path / "critic_optimizer")
         self.scheduler.load_state_dict(state["scheduler"])
+        self._restored_rollouts = self._rollouts_ahead(path, state)
         self._restore_rng(path, state)
         self.step = int(state["step"])
         self.skipped_updates = int(state.get("skipped_updates", 0))
         self.resumed_from, self.resumed_config = path, state.get("config")
+
+    def _rollouts_ahead(self, path: Path, state: dict[str, Any]) -> list[Rollout]:
+        """The rollouts an asynchronous run had sampled ahead when it saved ``path``: queued
+        for their updates when this run samples asynchronously with the same staleness (so it
+        continues exactly as the uninterrupted run), else dropped with a warning."""
+        ahead = state.get("rollouts_ahead")
+        if ahead is None:
+            return []
+        if not (self.config.async_rollouts
+                and self.config.max_staleness == ahead["max_staleness"]):
+            warnings.warn(f"{path} holds {len(ahead['steps'])} rollout(s) sampled ahead with "
+                          f"max_staleness={ahead['max_staleness']}; this run (async_rollouts="
+                          f"{self.config.async_rollouts}, max_staleness="
+                          f"{self.config.max_staleness}) samples them anew, so it does not "
+                          f"continue exactly as the interrupted run would have",
+                          RuntimeWarning, stacklevel=4)
+            return []
+        try:
+            rollouts = rollouts_from_json((path / AHEAD_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError, TypeError, KeyError) as error:
+            raise ckpt.CheckpointError(f"{path / AHEAD_FILE} is missing or damaged "
+                                       f"({type(error).__name__}: {error})") from None
+        if [rollout.step for rollout in rollouts] != ahead["steps"]:
+            raise ckpt.CheckpointError(f"{path / AHEAD_FILE} holds other rollouts than "
+                                       f"state.json lists ({ahead['steps']})")
+        return rollouts
 
     def _restore_rng(self, path: Path, state: dict[str, Any]) -> None:
         """This rank's RNG state as saved; a rank the checkpoint's run did not have (it ran
@@ -871,6 +949,10 @@ class PaWTrainer:
                           f"from (seed, step) anyway)", RuntimeWarning, stacklevel=3)
             return
         ckpt.restore_rng(load_file(str(path / ckpt.rng_file(rank))), metas[rank])
+
+
+#: A checkpoint's rollouts sampled ahead by the asynchronous worker (``async_rollouts``).
+AHEAD_FILE = "rollouts-ahead.json"
 
 
 def _peak_memory_mb(device: torch.device) -> float:

@@ -82,7 +82,11 @@ def balance_rows(rows: Sequence[int], lengths: Sequence[int], world_size: int) -
 
 def check_group_count(config, world_size: int) -> None:
     """A ValueError when a ``TrainConfig``'s update has fewer rollout groups than there are
-    processes (each process rolls out whole groups)."""
+    processes (each process rolls out whole groups), or an asynchronous rollout run is
+    launched on several processes (its one worker serves one trainer)."""
+    if config.async_rollouts and world_size > 1:
+        raise ValueError(f"async_rollouts runs in one process, not a launch of {world_size}: "
+                         f"launch without torchrun, or set async_rollouts: false")
     groups = config.rollout_groups
     if groups < world_size:
         what = (f"n_groups × group_size = {groups} PPO rollout groups" if config.algo == "ppo"
