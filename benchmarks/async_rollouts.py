@@ -45,6 +45,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
                "rollout_correction": "token_truncate"},
     "async2": {"async_rollouts": True, "max_staleness": 2,
                "rollout_correction": "token_truncate"},
+    "async1_uncorrected": {"async_rollouts": True, "max_staleness": 1},
     "async2_uncorrected": {"async_rollouts": True, "max_staleness": 2},
 }
 
