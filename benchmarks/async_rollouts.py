@@ -41,6 +41,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "async_rollouts"
 WORK = Path(__file__).resolve().parents[1] / "runs" / "async_rollouts"
 VARIANTS: dict[str, dict[str, Any]] = {
     "sync": {},
+    "sync_corrected": {"rollout_correction": "token_truncate"},
     "async1": {"async_rollouts": True, "max_staleness": 1,
                "rollout_correction": "token_truncate"},
     "async2": {"async_rollouts": True, "max_staleness": 2,
@@ -143,7 +144,8 @@ def throughput(rounds: int, updates: int, variants: list[str]) -> dict[str, Any]
             v: statistics.median(s / a for s, a in zip(times["sync"], times[v]))
             for v in variants if v != "sync"}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "throughput.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    (RESULTS / f"throughput_{'_'.join(variants)}.json").write_text(json.dumps(result, indent=1),
+                                                                 encoding="utf-8")
     return result
 
 

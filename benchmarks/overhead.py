@@ -212,7 +212,7 @@ def measure(args) -> dict:
 
     from tqdm.auto import tqdm
 
-    from training.trainer import seed_everything
+    from training.infra.seeding import seed_everything
 
     steps = args.warmup + args.repeats
     bar = tqdm(total=2 * steps, desc="overhead A/B", unit="step", disable=not args.progress)

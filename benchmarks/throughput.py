@@ -56,7 +56,8 @@ def env_speed(env_id: str, kwargs: dict, steps: int, seed: int = 0) -> dict:
 def step_cost(model: Path, env: str, group_size: int, history: int, groups: int,
               max_steps: int, seed: int = 0) -> dict:
     """One rollout + PaW update (lr = 0) with these settings; CPU/wall seconds and tokens."""
-    from training.trainer import PaWTrainer, seed_everything
+    from training.infra.seeding import seed_everything
+    from training.trainer import PaWTrainer
 
     config = C.train_config(env, model, C.CACHE / "throughput", lr=0.0, n_groups=groups,
                             group_size=group_size, history_length=history,

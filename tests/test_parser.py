@@ -60,8 +60,9 @@ def _changed(name: str, kind, default):
 
 
 #: Fields whose changed values cannot go together with the others' (FSDP takes neither LoRA nor
-#: vLLM); :func:`test_the_sharding_fields_round_trip_through_their_flags` covers them.
+#: vLLM, the rollout worker no vLLM); the tests after the next one cover them.
 SHARDING_FIELDS = ("sharding", "mixed_precision")
+APART = (*SHARDING_FIELDS, "async_rollouts")
 
 
 def changed_train_config() -> TrainConfig:
@@ -69,7 +70,7 @@ def changed_train_config() -> TrainConfig:
     defaults = TrainConfig()
     return TrainConfig(**{f.name: _changed(f.name, kinds[f.name], getattr(defaults, f.name))
                           for f in dataclasses.fields(TrainConfig)
-                          if f.name not in SHARDING_FIELDS})
+                          if f.name not in APART})
 
 
 def test_every_train_config_field_round_trips_through_its_flag(tmp_path, monkeypatch):
@@ -79,7 +80,7 @@ def test_every_train_config_field_round_trips_through_its_flag(tmp_path, monkeyp
     defaults = TrainConfig()
     same = [f.name for f in dataclasses.fields(config)
             if getattr(config, f.name) == getattr(defaults, f.name)]
-    assert same == ["lora", *SHARDING_FIELDS], same  # other bools cover the type
+    assert same == ["lora", *APART], same  # other bools cover the type
     flags = []
     for index, f in enumerate(dataclasses.fields(config)):
         name = f.name.replace("_", "-") if index % 2 else f.name  # both spellings
@@ -91,6 +92,12 @@ def test_the_sharding_fields_round_trip_through_their_flags():
     config = TrainConfig(sharding="fsdp", mixed_precision="bf16", lora=False, dtype="float32")
     flags = ["--sharding", "fsdp", "--mixed-precision", "bf16", "--lora", "false", "--dtype",
              "float32"]
+    assert arguments_from(parse("train", *flags), TrainConfig) == config
+
+
+def test_the_async_rollout_fields_round_trip_through_their_flags():
+    config = TrainConfig(async_rollouts=True, max_staleness=3)
+    flags = ["--async-rollouts", "true", "--max_staleness", "3"]
     assert arguments_from(parse("train", *flags), TrainConfig) == config
 
 

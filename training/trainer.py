@@ -23,6 +23,7 @@ from paw_gym.progress import Progress, is_terminal, progress_bar, quiet_outside_
 from training.config import TrainConfig, save_config
 from training.infra import checkpoint as ckpt
 from training.infra import distributed
+from training.infra.seeding import seed_everything
 from training.infra.metrics_log import MetricsLogger
 from training.infra.plots import plot_curves
 from training.models import (Reference, ValueModel, build_policy, build_vllm_policy,
@@ -71,12 +72,6 @@ def drop_replay_after(folder: Path, step: int) -> None:
 
 #: collect(policy, task_seeds, group_size, temperature, seed) -> trajectories grouped by task.
 Collector = Callable[[Any, list[int], int, float, int], list[Trajectory]]
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 class PaWTrainer:

@@ -130,7 +130,7 @@ def _worker(config: TrainConfig, env_spec, threads: int, inbox, outbox) -> None:
         from paw_gym.progress import quiet_libraries
         from training.models import build_policy
         from training.rl.collect import EnvCollector
-        from training.trainer import seed_everything
+        from training.infra.seeding import seed_everything
 
         quiet_libraries()  # the trainer reports; the worker's library noise helps nobody
         policy = build_policy(config)
