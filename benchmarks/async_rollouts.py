@@ -166,7 +166,9 @@ def report() -> str:
                      f"{statistics.median(r['step_time_median'] for r in by_seed.values()):.1f}"
                      f" | {statistics.mean(r['cpu_s'] for r in by_seed.values()) / 60:.1f} |")
     lines += ["", "| pair | seeds | Δ held-out (pp, 95 % CI) |", "|---|---|---|"]
-    for a, b in (("async1", "sync"), ("async2", "sync"), ("async2", "async2_uncorrected")):
+    for a, b in (("async1_uncorrected", "sync"), ("async1", "sync"),
+                 ("async1", "async1_uncorrected"), ("sync_corrected", "sync"),
+                 ("async2", "sync"), ("async2", "async2_uncorrected")):
         seeds = sorted(set(runs.get(a, {})) & set(runs.get(b, {})))
         if seeds:
             mean, ci = mean_ci([runs[a][s]["after"] - runs[b][s]["after"] for s in seeds])

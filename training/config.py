@@ -195,7 +195,8 @@ class TrainConfig(CheckedConfig):
     """Sample the next rollouts in a worker process while the trainer updates: rollout s is
     sampled by the weights after update max(0, s − max_staleness), so sampling and training
     overlap (``training.rl.async_rollout``). One process (no torchrun), HF rollouts; the worker
-    holds a second copy of the model. Set ``rollout_correction`` with a staleness >= 1."""
+    holds a second copy of the model. Leave ``rollout_correction`` at none with it: on the main
+    job the correction at staleness 1 collapsed every seed tried (docs/training.md)."""
     max_staleness: int = bounded(1, 0, 10**3)
     """With ``async_rollouts``: the most updates a rollout's sampling weights may be behind the
     weights it is trained on (0: the synchronous schedule, in the worker)."""

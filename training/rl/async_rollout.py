@@ -20,8 +20,11 @@ construction, and which weights sampled which rollout does not depend on timing,
 seed gives the same run (and ``--resume`` the same continuation). The price: the worker idles
 when it is k rollouts ahead.
 
-The gap between the sampling version and the trained one is what ``rollout_correction``
-corrects (:mod:`training.rl.correction`); an async run with k ≥ 1 should set it.
+The gap between the sampling version and the trained one: with ``rollout_correction: none``
+the PPO ratio is taken against the sampler's log-probs, so its clip bounds how far an update
+moves from the weights that sampled the rollout; a correction mode (:mod:`training.rl.correction`)
+takes it against the update's starting weights instead. On the main job at k = 1 the first
+kept learning and the second collapsed (docs/training.md, "Asynchronous rollouts").
 
 Weights travel as safetensors bytes through a pipe: every parameter once at the start, then the
 trainable ones (the LoRA adapter, or all weights) after each update. Rollouts come back as
