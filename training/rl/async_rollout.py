@@ -101,6 +101,7 @@ class Rollout:
 
 
 def tensors_to_bytes(state: dict[str, torch.Tensor]) -> bytes:
+    """``state`` as safetensors bytes (what travels to the worker)."""
     from safetensors.torch import save
 
     return save({name: tensor.detach().to("cpu").contiguous() for name, tensor in state.items()})
@@ -131,9 +132,9 @@ def _worker(config: TrainConfig, env_spec, threads: int, inbox, outbox) -> None:
             gym.registry[env_spec.id] = env_spec
 
         from paw_gym.progress import quiet_libraries
+        from training.infra.seeding import seed_everything
         from training.models import build_policy
         from training.rl.collect import EnvCollector
-        from training.infra.seeding import seed_everything
 
         quiet_libraries()  # the trainer reports; the worker's library noise helps nobody
         policy = build_policy(config)
@@ -197,7 +198,6 @@ class AsyncRollouts:
         self._ready: dict[int, Rollout] = {}
         self._next_request = 0
         self._first_version = 0
-        self._version: int | None = None
         self.weight_sync_time = 0.0
 
     def start(self, step: int, weights: dict[str, torch.Tensor],
@@ -215,7 +215,6 @@ class AsyncRollouts:
         start = time.perf_counter()
         self._inbox.put(("weights", version, tensors_to_bytes(weights)))
         self.weight_sync_time = time.perf_counter() - start
-        self._version = version
         while (self._next_request < self.config.total_steps
                and self.version_for(self._next_request) == version):
             request = self.request_for_step(self._next_request)
@@ -252,8 +251,10 @@ class AsyncRollouts:
                 break
             except queue.Empty:
                 if not self._process.is_alive():
-                    raise RuntimeError(f"the rollout worker exited (code "
-                                       f"{self._process.exitcode}) without a message") from None
+                    raise RuntimeError(
+                        f"the rollout worker exited (code {self._process.exitcode}) without a "
+                        f"message; a script that starts training needs an `if __name__ == "
+                        f"'__main__':` guard, since the worker imports it") from None
         if kind == "error":
             raise RuntimeError(f"the rollout worker failed:\n{payload}")
         self._ready[payload.step] = payload
