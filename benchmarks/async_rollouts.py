@@ -168,7 +168,8 @@ def report() -> str:
     lines += ["", "| pair | seeds | Δ held-out (pp, 95 % CI) |", "|---|---|---|"]
     for a, b in (("async1_uncorrected", "sync"), ("async1", "sync"),
                  ("async1", "async1_uncorrected"), ("sync_corrected", "sync"),
-                 ("async2", "sync"), ("async2", "async2_uncorrected")):
+                 ("async2_uncorrected", "sync"), ("async2", "sync"),
+                 ("async2", "async2_uncorrected")):
         seeds = sorted(set(runs.get(a, {})) & set(runs.get(b, {})))
         if seeds:
             mean, ci = mean_ci([runs[a][s]["after"] - runs[b][s]["after"] for s in seeds])

@@ -196,7 +196,7 @@ class TrainConfig(CheckedConfig):
     sampled by the weights after update max(0, s − max_staleness), so sampling and training
     overlap (``training.rl.async_rollout``). One process (no torchrun), HF rollouts; the worker
     holds a second copy of the model. Leave ``rollout_correction`` at none with it: on the main
-    job the correction at staleness 1 collapsed every seed tried (docs/training.md)."""
+    job the correction at staleness 1 collapsed 8 of 10 seeds (docs/training.md)."""
     max_staleness: int = bounded(1, 0, 10**3)
     """With ``async_rollouts``: the most updates a rollout's sampling weights may be behind the
     weights it is trained on (0: the synchronous schedule, in the worker)."""

@@ -24,7 +24,8 @@ The gap between the sampling version and the trained one: with ``rollout_correct
 the PPO ratio is taken against the sampler's log-probs, so its clip bounds how far an update
 moves from the weights that sampled the rollout; a correction mode (:mod:`training.rl.correction`)
 takes it against the update's starting weights instead. On the main job at k = 1 the first
-kept learning and the second collapsed (docs/training.md, "Asynchronous rollouts").
+kept learning and the second collapsed 8 of 10 seeds (docs/training.md, "Asynchronous
+rollouts").
 
 Weights travel as safetensors bytes through a pipe: every parameter once at the start, then the
 trainable ones (the LoRA adapter, or all weights) after each update. Rollouts come back as
