@@ -16,10 +16,10 @@ Parts:
   Updates per hour from the median update time (``step_time``: waiting for the rollout plus
   the update; the first update, which waits for the worker to start, is left out), and each
   async variant's ratio to ``sync`` within a round, median over rounds.
-* ``--learning``: seeds 0..N−1, each variant's RL stage from the seed's base, then every
-  held-out task evaluated as the demo does (48 tasks × 4, temperature 0.4): held-out success
-  after RL, paired per seed; the report gives each variant's mean and the paired difference
-  with its 95 % CI, and the CPU time. A run's result is one JSON file in
+* ``--learning``: seeds 0..N−1, each variant's RL stage from the seed's base, then the demo's
+  own held-out evaluation (``training.demo.evaluate_held_out``: 48 tasks × 4, temperature
+  0.4): held-out success after RL, paired per seed; the report gives each variant's mean and
+  the paired difference with its 95 % CI, and the CPU time. A run's result is one JSON file in
   ``benchmarks/results/async_rollouts/``; existing ones are skipped, so the script resumes.
 
     python -m benchmarks.async_rollouts --throughput --rounds 3 --updates 8
@@ -71,20 +71,6 @@ def rl_stage(seed: int, variant: str, output_dir: Path, **changes: Any):
     return replace(config, **VARIANTS[variant], **changes)
 
 
-def held_out(policy, seed: int) -> dict[str, float]:
-    """The demo's held-out evaluation of ``policy`` (``run_demo``'s ``evaluate_both``)."""
-    from training.demo import DemoConfig
-    from training.evaluate import evaluate, plan_evaluation
-
-    config = DemoConfig(seed=seed)
-    plan = plan_evaluation(config.env_id, split=config.eval_split, limit=config.eval_limit,
-                           repeats=config.eval_repeats, seed=10_000)
-    row = evaluate(policy, config.env_id, plan, temperature=config.eval_temperature,
-                   max_new_tokens=config.max_new_tokens, max_steps=config.max_steps,
-                   seed=config.seed, history_length=config.history_length).row()
-    return {"success": row.success, "invalid": row.invalid}
-
-
 def learning_run(variant: str, seed: int) -> Path:
     """One RL stage and its held-out evaluation; its result file."""
     import torch
@@ -102,7 +88,10 @@ def learning_run(variant: str, seed: int) -> Path:
     trainer = PaWTrainer(config)
     trainer.train()
     train_wall = time.perf_counter() - wall
-    after = held_out(trainer.policy, seed)
+    from training.demo import DemoConfig, evaluate_held_out
+
+    row = evaluate_held_out(trainer.policy, DemoConfig(seed=seed)).row()
+    after = {"success": row.success, "invalid": row.invalid}
     rows = read_metrics(out / "metrics.jsonl")
     result = {"variant": variant, "seed": seed, "settings": VARIANTS[variant],
               "after": after["success"], "invalid_after": after["invalid"],

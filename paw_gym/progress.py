@@ -4,10 +4,10 @@ In a terminal, a tqdm bar. Anywhere else (a log file, CI, ``nohup``), tqdm would
 its bar with ``\\r`` and escape codes, thousands of times in a long run; there
 :func:`progress_bar` prints a plain line at each further 10 % of the total and at least every
 ``min_interval`` (:data:`SILENCE_S`) seconds instead, with the same ``update`` /
-``set_postfix`` / ``write`` / ``close`` calls. A phase whose end another line reports (the trainer's rollout,
-update and validation) asks for ``progress="heartbeat"``: a bar in a terminal, elsewhere only
-the line that ends ``min_interval`` seconds of silence. :func:`quiet_libraries` keeps the
-libraries' own bars and warnings out of paw-gym's output.
+``set_postfix`` / ``write`` / ``close`` calls. A phase whose end another line reports (the
+trainer's rollout, update and validation) asks for ``progress="heartbeat"``: a bar in a
+terminal, elsewhere only the line that ends ``min_interval`` seconds of silence.
+:func:`quiet_libraries` keeps the libraries' own bars and warnings out of paw-gym's output.
 
 Example:
     >>> bar = progress_bar(total=100, desc="rollout", disable=False)   # doctest: +SKIP

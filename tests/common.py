@@ -23,3 +23,9 @@ def replay_record_key(record: dict) -> tuple:
     replays by it)."""
     return (record["update"], record["episode_id"], record["step"], record["h"], record["a"],
             record["o_next"], record["wm_selected"], record["lambda_g"])
+
+
+#: Metrics that measure time or memory: they differ run to run, so runs are compared without them.
+TIMING_METRICS = frozenset({"rollout_time", "step_time", "update_time", "tokens_per_s",
+                            "gen_tokens_per_s", "peak_mem_mb", "rollout_wait_time",
+                            "weight_sync_time"})

@@ -21,14 +21,12 @@ from training.config import TrainConfig  # noqa: E402
 from training.infra.checkpoint import latest_checkpoint  # noqa: E402
 from training.infra.metrics_log import read_metrics  # noqa: E402
 from training.trainer import PaWTrainer  # noqa: E402
-from tests.common import replay_record_key  # noqa: E402
+from tests.common import TIMING_METRICS, replay_record_key  # noqa: E402
 from wrappers import WMReplay  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-#: Metrics that measure time or memory (they differ run to run) or exist only in async runs.
-UNTIMED = {"rollout_time", "step_time", "update_time", "tokens_per_s", "gen_tokens_per_s",
-           "peak_mem_mb", "rollout_wait_time", "weight_sync_time", "policy_version",
-           "staleness"}
+#: What differs between runs that train alike: timing, and the async runs' own bookkeeping.
+UNTIMED = TIMING_METRICS | {"policy_version", "staleness"}
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -22,7 +22,7 @@ from training.infra.checkpoint import latest_checkpoint  # noqa: E402
 from training.infra.metrics_log import read_metrics  # noqa: E402
 from training.rl.collect import EnvCollector  # noqa: E402
 from training.trainer import PaWTrainer  # noqa: E402
-from tests.common import replay_record_key  # noqa: E402
+from tests.common import TIMING_METRICS, replay_record_key  # noqa: E402
 from wrappers import WMReplay  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -182,10 +182,8 @@ def test_resume_after_kill_reproduces_the_uninterrupted_run(tiny_model_dir, tmp_
     a = read_metrics(tmp_path / "full" / "metrics.jsonl")
     b = read_metrics(tmp_path / "killed" / "metrics.jsonl")
     assert [r["step"] for r in b] == [1, 2, 3]
-    timing = {"rollout_time", "step_time", "update_time", "tokens_per_s", "gen_tokens_per_s",
-              "peak_mem_mb"}
     for key in a[2]:
-        if key not in timing:
+        if key not in TIMING_METRICS:
             assert b[2][key] == pytest.approx(a[2][key], rel=1e-6, abs=1e-9), key
     state_a = json.loads((latest_checkpoint(tmp_path / "full") / "state.json").read_text())
     state_b = json.loads((latest_checkpoint(tmp_path / "killed") / "state.json").read_text())

@@ -132,7 +132,7 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     """Run the whole pipeline; returns the before/after overall rows and timings."""
     import torch
 
-    from training.evaluate import evaluate, load_policy, plan_evaluation, write_tables
+    from training.evaluate import evaluate, load_policy, write_tables
     from training.infra.outputs import claim_folder
     from training.warmstart.sft import SFTConfig, record_expert_demos, run_sft
     from training.trainer import PaWTrainer
@@ -182,16 +182,11 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     # repeated, as the paper's training-reward curves measure the tasks RL trains on).
     pool = list(range(min(config.train_pool, config.eval_episodes)))
     seen = [task for task in pool for _ in range(config.pool_eval_repeats)]
-    settings = dict(temperature=config.eval_temperature, max_new_tokens=config.max_new_tokens,
-                    max_steps=config.max_steps, seed=config.seed, progress=True, **prompt)
-
-    held_out_plan = plan_evaluation(config.env_id, split=config.eval_split,
-                                    limit=config.eval_limit, repeats=config.eval_repeats,
-                                    seed=10_000)
+    settings = {**evaluation_settings(config), "progress": True}
 
     def evaluate_both(policy, name: str):
-        test = evaluate(policy, config.env_id, held_out_plan,
-                        meta={"model": name, "tasks": "held-out"}, **settings)
+        test = evaluate_held_out(policy, config, meta={"model": name, "tasks": "held-out"},
+                                 progress=True)
         train = evaluate(policy, config.env_id, seen, split=config.train_split,
                          meta={"model": name, "tasks": "training pool"}, **settings)
         return test, train
@@ -226,6 +221,24 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     (out / "results.md").write_text(results_markdown(tables, config, timings, validation),
                                     encoding="utf-8")
     return summary
+
+
+def evaluation_settings(config: DemoConfig) -> dict[str, Any]:
+    """How the demo plays an evaluation episode (sampling, limits, prompt, seed)."""
+    return dict(temperature=config.eval_temperature, max_new_tokens=config.max_new_tokens,
+                max_steps=config.max_steps, seed=config.seed,
+                history_length=config.history_length)
+
+
+def evaluate_held_out(policy, config: DemoConfig, **options: Any):
+    """The demo's held-out evaluation of ``policy``: every task of ``eval_split`` (up to
+    ``eval_limit``) ``eval_repeats`` times, the same episodes for every policy; ``options``
+    (``meta``, ``progress``) go to :func:`training.evaluate.evaluate`."""
+    from training.evaluate import evaluate, plan_evaluation
+
+    plan = plan_evaluation(config.env_id, split=config.eval_split, limit=config.eval_limit,
+                           repeats=config.eval_repeats, seed=10_000)
+    return evaluate(policy, config.env_id, plan, **evaluation_settings(config), **options)
 
 
 def check_demo_config(config: DemoConfig) -> None:

@@ -584,22 +584,39 @@ class PaWTrainer:
 
     @torch.no_grad()
     def _attach_reference_logprobs(self, batch: RolloutBatch) -> None:
-        # The reference scores action tokens only, so the rows go without their observations.
-        # Each rank scores its share of the rows; the results are gathered.
-        mine = self._own_rows(batch, list(range(len(batch.samples))), with_obs=False)
-        scored = {}
         with self.reference.active() as reference:
-            for rows in self._micro_batches(batch, mine, False):
-                mb = collate(batch.samples, rows, self.policy.pad_id, self.device, with_obs=False)
-                logprobs = gather_logprobs(reference, mb, score_obs=False,
-                                           action_temperature=self.settings.action_temperature,
-                                           chunk_size=self.config.logits_chunk).logprobs
-                for r, i in enumerate(rows):
-                    s = batch.samples[i]
-                    scored[i] = logprobs[r, s.prompt_len:s.prompt_len + s.action_len].tolist()
+            scored = self._action_logprobs(batch, lambda mb: gather_logprobs(
+                reference, mb, score_obs=False,
+                action_temperature=self.settings.action_temperature,
+                chunk_size=self.config.logits_chunk).logprobs)
+        for i, logprobs in scored.items():
+            batch.samples[i].ref_logprobs = logprobs
+
+    @torch.no_grad()
+    def _action_logprobs(self, batch: RolloutBatch, score, collective: bool = False
+                         ) -> dict[int, list[float]]:
+        """Every sample's action-token log-probs under ``score`` (a micro-batch -> its
+        ``[B, L]`` log-probs). Action tokens only, so the rows go without their observations.
+        Each rank scores its share of the rows and the results are gathered on every rank; with
+        ``collective`` (FSDP's passes are) every rank joins each pass, one with no rows of its
+        own included."""
+        samples = batch.samples
+        mine = self._own_rows(batch, list(range(len(samples))), with_obs=False)
+        parts = self._micro_batches(batch, mine, with_obs=False)
+        passes = self.world.equal_passes(parts or [[0]]) if collective else \
+            [(part, False) for part in parts]
+        scored = {}
+        for micro, extra in passes:
+            logprobs = score(collate(samples, micro, self.policy.pad_id, self.device,
+                                     with_obs=False))
+            if extra or not mine:
+                continue
+            for r, i in enumerate(micro):
+                s = samples[i]
+                scored[i] = logprobs[r, s.prompt_len:s.prompt_len + s.action_len].tolist()
         for part in self.world.gather([scored]):
-            for i, logprobs in part.items():
-                batch.samples[i].ref_logprobs = logprobs
+            scored.update(part)
+        return scored
 
     @torch.no_grad()
     def _noise_gradient_shares(self, batch: RolloutBatch) -> dict[str, float]:
@@ -635,25 +652,12 @@ class PaWTrainer:
     def _apply_rollout_correction(self, batch: RolloutBatch) -> dict[str, float]:
         """Score every action token with the weights the update starts from (π_old), weight it
         by ``rollout_correction`` against the rollout's own log-probs (μ), and take the PPO
-        ratio against π_old from here on (``training.rl.correction``). Each rank scores its
-        share of the rows (every rank joins each pass: FSDP's are collective); the scores are
-        gathered. Returns the correction's metrics for this update."""
+        ratio against π_old from here on (``training.rl.correction``). Returns the
+        correction's metrics for this update."""
         config, samples = self.config, batch.samples
-        mine = self._own_rows(batch, list(range(len(samples))), with_obs=False)
-        scored = {}
-        parts = self._micro_batches(batch, mine, with_obs=False) or [[0]]
-        for micro, extra in self.world.equal_passes(parts):
-            mb = collate(samples, micro, self.policy.pad_id, self.device, with_obs=False)
-            logprobs = self.scorer(mb, score_obs=False,
-                                   action_temperature=self.settings.action_temperature,
-                                   chunk_size=config.logits_chunk).logprobs
-            if extra or not mine:
-                continue
-            for r, i in enumerate(micro):
-                s = samples[i]
-                scored[i] = logprobs[r, s.prompt_len:s.prompt_len + s.action_len].tolist()
-        for part in self.world.gather([scored]):
-            scored.update(part)
+        scored = self._action_logprobs(batch, lambda mb: self.scorer(
+            mb, score_obs=False, action_temperature=self.settings.action_temperature,
+            chunk_size=config.logits_chunk).logprobs, collective=True)
         width = max(s.action_len for s in samples)
         pad = lambda rows: torch.tensor([row + [0.0] * (width - len(row))  # noqa: E731
                                          for row in rows], dtype=torch.float64)

@@ -8,7 +8,7 @@ kernels, bf16 generation) or when the sampler's weights are older than the train
 rollout). With ``rollout_correction`` on, the trainer scores every action token with π_old
 before the update's first optimizer step (one no-grad pass) and the PPO-clip objective becomes
 
-    L_RL = −Σ_t w_t · min(ρ_t A, clip(ρ_t, 1 − ε, 1 + ε_high) A),    ρ_t = π_θ(a_t) / π_old(a_t)
+    L_RL = −Σ_t w_t · min(ρ_t A, clip(ρ_t, 1 − ε, 1 + ε_high) A),   ρ_t = π_θ(a_t) / π_old(a_t)
 
 (its KL term, when on, is weighted by w_t too), with the importance weight w_t built from
 
