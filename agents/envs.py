@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 import gymnasium as gym
 
+from paw_gym.registration import check_env_id, check_env_settings, env_creator  # noqa: F401
 from wrappers.templates import ALFWORLD_FIRST_STEP, ALFWORLD_TEMPLATE
 
 #: A custom env's default prompt: the paper's ALFWorld wording without naming an env.
@@ -86,48 +87,6 @@ def make_agent_env(env_id: str, /, *, template: str | None = None,
                         first_step_template=settings.first_step_template)
     return ParseAction(env, action_format=settings.action_format,
                        invalid_penalty=settings.invalid_penalty)
-
-
-def env_creator(env_id: str) -> Callable[..., gym.Env]:
-    """The class or function a registered id builds its env with, loaded without building one
-    (to read its signature or class attributes)."""
-    import paw_gym  # noqa: F401  (registers the built-in ids)
-
-    entry_point = gym.spec(env_id).entry_point
-    if isinstance(entry_point, str):
-        entry_point = gym.envs.registration.load_env_creator(entry_point)
-    return entry_point
-
-
-def check_env_id(env_id: str) -> None:
-    """Raise ``ValueError`` for an id nobody registered, naming the nearest registered text env
-    and listing them all."""
-    import difflib
-
-    import paw_gym  # registers the built-in ids
-
-    if env_id not in gym.registry:
-        text_envs = list(paw_gym.list_text_envs())
-        nearest = difflib.get_close_matches(env_id, text_envs, n=1)
-        hint = f"did you mean {nearest[0]}? " if nearest else ""
-        raise ValueError(f"unknown env id {env_id!r}; {hint}registered text envs: "
-                         f"{', '.join(text_envs)} (`paw-gym envs` describes them)")
-
-
-def check_env_settings(env_id: str, env_kwargs: dict[str, Any] | None = None) -> None:
-    """Raise ``ValueError`` for an unknown env id, or for ``env_kwargs`` keys its constructor
-    does not take, without building the env (it can be expensive: a catalog, a game set)."""
-    import inspect
-
-    check_env_id(env_id)
-    parameters = inspect.signature(env_creator(env_id)).parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return
-    accepted = [p.name for p in parameters if p.name not in ("self", "render_mode")]
-    unknown = sorted(set(env_kwargs or {}) - set(accepted))
-    if unknown:
-        raise ValueError(f"env_kwargs {unknown} are not arguments of {env_id}; it accepts "
-                         f"{accepted}")
 
 
 #: An env id (wrapped by :func:`make_agent_env`) or a factory returning a prompt env.

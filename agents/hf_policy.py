@@ -13,6 +13,7 @@ import torch
 from agents.chat import ChatEncoder, check_sampling_args
 from agents.sampling import DEFAULT_STOP, SamplingBatch, token_statistics
 from agents.types import PolicyOutput
+from paw_gym.outputs import verify_output
 
 
 #: A hub id: ``name`` or ``namespace/name`` of letters, digits, ``-``, ``_`` and ``.``.
@@ -33,6 +34,7 @@ def check_model_source(model: str | Path) -> str:
         raise ValueError("model is empty; give a hub name such as Qwen/Qwen2.5-1.5B-Instruct or "
                          "a model folder")
     if path.exists():
+        verify_output(path, hashes=False)  # an interrupted save (the load checks the hashes)
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"model folder {source!r} has no config.json (is it a "
                                     "saved Hugging Face model?)")
@@ -204,6 +206,8 @@ class HFPolicy:
             if attn_implementation:
                 kwargs["attn_implementation"] = attn_implementation
             source = check_model_source(model)
+            if Path(source).expanduser().exists():
+                verify_output(Path(source).expanduser())  # a damaged weight file: named
             quiet_outside_terminal()
             model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
             tokenizer = tokenizer if tokenizer is not None else source
@@ -252,6 +256,7 @@ class HFPolicy:
         from peft import PeftModel
 
         path = str(path)
+        verify_output(path)
         if not Path(path, "adapter_config.json").is_file():
             raise FileNotFoundError(f"no peft adapter at {path!r} (adapter_config.json missing)")
         if isinstance(self.model, PeftModel) and name in self.model.peft_config:

@@ -97,7 +97,7 @@ def build_tiny_model(texts: Iterable[str], out_dir: str | Path, size: str = "nan
 
     Args:
         texts: tokenizer training text (env observations, actions, prompt templates).
-        out_dir: directory to write (created; existing files are overwritten).
+        out_dir: directory to write (created; files of the same names are replaced).
         size: one of :data:`SIZES`.
         seed: seeds the random initialisation.
     Returns:
@@ -121,10 +121,12 @@ def build_tiny_model(texts: Iterable[str], out_dir: str | Path, size: str = "nan
     model.generation_config = GenerationConfig(
         eos_token_id=[config.eos_token_id, tokenizer.convert_tokens_to_ids(END_OF_TEXT)],
         pad_token_id=config.pad_token_id, do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
+    from paw_gym.outputs import staged
+
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
+    with staged(out) as folder:  # a kill leaves no half-written model at out_dir
+        model.save_pretrained(folder, safe_serialization=True)
+        tokenizer.save_pretrained(folder)
     return out
 
 

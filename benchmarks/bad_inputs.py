@@ -14,7 +14,9 @@ classified:
 
     python -m benchmarks.bad_inputs          # ~1 min; writes results/bad_inputs.md and .json
 
-The goal is 0 tracebacks and 0 accepted.
+* **lost**: a file the user had (a case's ``keeps``) is gone or changed afterwards.
+
+The goal is 0 tracebacks, 0 accepted and 0 lost.
 """
 
 from __future__ import annotations
@@ -44,7 +46,10 @@ class Case:
     """Words the message must contain (case-insensitive)."""
     fallback: bool = False
     """Succeeding is right when a warning says what was wrong (``--resume`` past a damaged
-    checkpoint)."""
+    checkpoint, ``--overwrite`` keeping a user's files)."""
+    keeps: tuple[str, ...] = ()
+    """Files (relative to the scratch folder) the user had, that must survive unchanged;
+    one missing or changed is a **lost** verdict, whatever the command said."""
 
 
 def cli(*argv: str) -> Callable[[Path], int]:
@@ -132,15 +137,19 @@ def _resume_explicit(damage: Callable[[Path], None]) -> Callable[[Path], int]:
     return run
 
 
-def _eval_checkpoint(damage: Callable[[Path], None]) -> Callable[[Path], int]:
+def _eval_checkpoint(damage: Callable[[Path], None],
+                     partial: bool = False) -> Callable[[Path], int]:
+    """``eval`` of the latest checkpoint after ``damage`` (``partial``: of the interrupted save
+    ``damage`` left, by its path)."""
     def run(work: Path) -> int:
         from training.cli import main
         from training.infra.checkpoint import latest_checkpoint
 
         out = _checkpoint_with(work, damage)
-        return main(["eval", "--env", "PaW/Shelf-v0", "--checkpoint",
-                     str(latest_checkpoint(out) or out), "--limit", "1",
-                     "--output_dir", str(work / "eval")])
+        target = next((out / "checkpoints").glob(".*.partial")) if partial else \
+            latest_checkpoint(out) or out
+        return main(["eval", "--env", "PaW/Shelf-v0", "--checkpoint", str(target), "--limit",
+                     "1", "--output_dir", str(work / "eval")])
     return run
 
 
@@ -239,9 +248,10 @@ def cases() -> list[Case]:
         Case("train config", "unset data variable", train_yaml(
             "model: x\nenv_id: PaW/WebShop-v0\nenv_kwargs: {data_dir: '${PAW_NOPE}'}\n"),
             "PAW_NOPE"),
-        Case("train", "output_dir holds a run", lambda work: (
+        Case("train", "output_dir holds a user's metrics.jsonl", lambda work: (
             write("run/metrics.jsonl", '{"step": 1}\n')(work),
-            _tiny(work), train_yaml(base)(work))[2], "already holds a training run"),
+            _tiny(work), train_yaml(base)(work))[2],
+             "already holds 1 entries paw-gym did not write"),
         # -- checkpoints --------------------------------------------------------------------
         # A damaged newest checkpoint: --resume falls back to the one before, saying why.
         Case("resume", "truncated state.json", _resume(_truncate("state.json", 10)),
@@ -267,6 +277,47 @@ def cases() -> list[Case]:
             "eval", "--env", "PaW/Shelf-v0", "--agent", "random", "--limit", "1",
             "--output_dir", str(write("file", "x")(work) / "out"))(work), "not writable"),
         # -- data files ---------------------------------------------------------------------
+        # One schema per data file kind (paw_gym.data_files): a log's bad records are
+        # skipped with a warning naming the count and the first file:line; a file written
+        # whole is refused with file:line.
+        *[Case("sft", f"replay record with {label}", lambda work, bad=bad: (
+            _tiny(work), _replay_with(work, json.dumps({
+                "schema_version": 1, "h": "Guess.", "a": "<action>guess 1</action>",
+                "o_next": "Go higher.", "reward": 0.0, "terminated": False, "truncated": False,
+                "task_id": "t", "task_type": "guess", "episode_id": "e", "step": 0, **bad}) + "\n"),
+            cli("sft", "--model", "{work}/tiny", "--replay", "{work}/replay", "--output_dir",
+                "{work}/sft", "--epochs", "1", "--successful_only", "false", "--device", "cpu",
+                "--progress", "false")(work))[2],
+            expect, fallback=True) for label, bad, expect in [
+                ("reward: NaN", {"reward": float("nan")}, "field 'reward' is nan"),
+                ("episode_id: [1]", {"episode_id": [1]}, "field 'episode_id' is [1]"),
+                ('step: "0"', {"step": "0"}, "field 'step' is '0'")]],
+        Case("train-wm", "replay of records with step: \"0\" only", lambda work: (
+            _tiny(work), _replay_with(work, ""), [
+                (p.write_text(p.read_text().replace('"step": 0', '"step": "0"')))
+                for p in (work / "replay").glob("*.jsonl")],
+            cli("train-wm", "--model", "{work}/tiny", "--replay", "{work}/replay", "--output_dir",
+                "{work}/wm", "--method", "sft", "--steps", "1", "--device", "cpu",
+                "--progress", "false")(work))[3], "1 malformed record(s) skipped"),
+        Case("eval-wm", "broken wm_config.json", lambda work: (
+            write("wm/wm_config.json", '{"config": {"seed": 0')(work),
+            cli("eval-wm", "--checkpoint", "{work}/wm", "--output_dir", "{work}/eval")(work))[1],
+            "wm_config.json:1: not valid JSON"),
+        Case("eval-wm", 'wm_config.json with seed "0"', lambda work: (
+            write("wm/wm_config.json", '{"config": {"method": "sft", "seed": "0", '
+                  '"val_fraction": 0.1}, "replay": "r"}')(work),
+            cli("eval-wm", "--checkpoint", "{work}/wm", "--output_dir", "{work}/eval")(work))[1],
+            "field 'config.seed' is '0'"),
+        Case("eval-wm", "predictions file with a bad line", lambda work: (
+            write("p.predictions.jsonl", '{"target": "t", "task_type": "g", "predictions": [1]}'
+                  '\n')(work),
+            cli("eval-wm", "--from_predictions", "{work}/p.predictions.jsonl", "--output_dir",
+                "{work}/eval")(work))[1], "p.predictions.jsonl:1: field 'predictions[0]' is 1"),
+        Case("plot", "metrics.jsonl with a bad line", lambda work: (
+            write("run/metrics.jsonl", '{"step": 1, "reward": 0}\n{"step": "2"}\n'
+                  '{"step": 3, "reward": 1}\n')(work),
+            cli("plot", "{work}/run", "--metrics", "reward", "--out", "{work}/c.png")(work))[1],
+            "metrics.jsonl:2: field 'step' is '2'", fallback=True),
         Case("replay", "row with won: 'no'", api(lambda work: _load_replay_strict(work, {
             "won": "no"})), "won"),
         Case("replay", "row is a list", api(lambda work: _load_replay_raw(work, "[1, 2]\n")),
@@ -398,6 +449,92 @@ def cases() -> list[Case]:
         Case("serve-env", "--env_kwargs colour=red", cli(
             "serve-env", "--env", "PaW/Shelf-v0", "--port", "0", "--env_kwargs", "colour=red"),
             "colour"),
+        # -- issue 41: the output guard (user files, one writer, incomplete and damaged) ----
+        *[Case(command, "--overwrite true beside a user's file, folder, symlink (41)",
+               _overwrite_beside_users_files(command), "kept 3 entries it did not write",
+               fallback=True, keeps=USERS_FILES)
+          for command in ("build-tiny-model", "sft", "train-wm", "train")],
+        Case("train", "--overwrite true over a user's config.yaml (41)", _overwrite_over(
+            "train", "config.yaml"), "would write over", keeps=("out/config.yaml",)),
+        Case("sft", "--overwrite true over a user's tokenizer.json (41)", _overwrite_over(
+            "sft", "tokenizer.json"), "would write over", keeps=("out/tokenizer.json",)),
+        Case("demo", "--overwrite true over a user's results.md (41)", _overwrite_over(
+            "demo", "results.md"), "would write over", keeps=("out/results.md",)),
+        *[Case(command, "a second writer of one --output_dir (41)", _while_held(command),
+               "is being written by pid") for command in ("sft", "train", "train-wm")],
+        Case("eval", "--checkpoint an sft output killed before it finished (41)",
+             _eval_model(_incomplete_output), "is incomplete"),
+        Case("sft", "--model an output killed before it finished (41)", _on_model(
+            "sft", _incomplete_output), "is incomplete"),
+        Case("eval", "--checkpoint a checkpoint killed while saved (41)", _eval_checkpoint(
+            lambda c: c.rename(c.with_name(f".{c.name}.partial")), partial=True),
+             "incomplete save"),
+        Case("eval", "a flipped byte in a checkpoint's weights (41)", _eval_checkpoint(
+            _flip_a_byte("model/*.safetensors")), "is damaged: its size or sha256"),
+        Case("resume", "a flipped byte in the explicit checkpoint's weights (41)",
+             _resume_explicit(_flip_a_byte("model/*.safetensors")), "is damaged: its size"),
+        Case("resume", "a flipped byte in the optimizer state (41)", _resume(
+            _flip_a_byte("optimizer.safetensors")), "is damaged: its size", fallback=True),
+        Case("train", "--model an sft output with a flipped byte (41)", _on_model(
+            "train", _flipped_output), "is damaged: its size or sha256"),
+        # -- issue 41: every flag's range and type, before any work (names end "(41)") ------
+        *[Case(command, f"--seed -1 (41)", cli(command, *flags, "--seed", "-1"), "seed=-1")
+          for command, flags in [("eval", ("--env", "PaW/Shelf-v0", "--agent", "random")),
+                                 ("play", ("--env", "PaW/Shelf-v0")),
+                                 ("gen-alfworld", ("--output_dir", "{work}/alf")),
+                                 ("build-tiny-model", ("--output_dir", "{work}/tiny2"))]],
+        Case("play", "--env_kwargs shelf_sizes=abc (41)", cli(
+            "play", "--env", "PaW/Shelf-v0", "--env_kwargs", "shelf_sizes=abc"),
+            "shelf_sizes='abc' is invalid"),
+        Case("eval", "--env_kwargs num_products=abc (41)", cli(
+            "eval", "--env", "PaW/WebShop-v0", "--agent", "random", "--env_kwargs",
+            "num_products=abc"), "num_products='abc' is invalid"),
+        Case("serve-env", "--env_kwargs split=dev (41)", cli(
+            "serve-env", "--env", "PaW/Shelf-v0", "--port", "0", "--env_kwargs", "split=dev"),
+            "split='dev' is invalid"),
+        Case("train config", "env_kwargs shelf_sizes: abc (41)",
+             make_base("env_kwargs: {shelf_sizes: abc}\n"), "shelf_sizes='abc' is invalid"),
+        Case("train-wm", "--record_env_kwargs size=big (41)", cli(
+            "train-wm", "--record_env", "PaW/Sokoban-v0", "--record_env_kwargs", "size=big",
+            "--output_dir", "{work}/wm"), "size='big' is invalid"),
+        Case("eval", "--device cuda without CUDA (41)", cli(
+            "eval", "--env", "PaW/Shelf-v0", "--model", "x", "--device", "cuda"),
+            "device='cuda' is not available"),
+        Case("train config", "--device mps without MPS (41)", train_flags(
+            base, "--device", "mps"), "device='mps' is not available"),
+        Case("train config", "--dtype float8 (41)", train_flags(base, "--dtype", "float8"),
+             "float8"),
+        Case("train config", "dtype: float8 in the file (41)", make_base("dtype: float8\n"),
+             "dtype='float8' is invalid"),
+        Case("train config", "--rollout_backend vllm without vLLM (41)", train_flags(
+            base, "--rollout_backend", "vllm"), "needs vLLM"),
+        Case("train config", "rollout_backend: vllm in the file (41)", make_base(
+            "rollout_backend: vllm\n"), "needs vLLM"),
+        Case("train config", "--val_split validation (41)", train_flags(
+            base, "--val_every", "1", "--val_split", "validation"),
+            "val_split='validation' is not a split"),
+        Case("train config", "val_split: dev before training (41)", make_base(
+            "val_before_train: true\nval_split: dev\n"), "val_split='dev' is not a split"),
+        Case("play", "dead PaW/Remote-v0 url (41)", cli(
+            "play", "--env", "PaW/Remote-v0", "--env_kwargs", "url=http://127.0.0.1:9"),
+            "no env server answers"),
+        Case("eval", "dead PaW/Remote-v0 url (41)", cli(
+            "eval", "--agent", "random", "--env", "PaW/Remote-v0", "--env_kwargs",
+            "url=http://127.0.0.1:9,timeout=2"), "no env server answers"),
+        Case("train config", "--lora_target_modules q_prj (41)", train_flags(
+            base, "--lora_target_modules", "q_prj"), "did you mean q_proj"),
+        Case("train config", "lora_target_modules: [q_proj, vproj] (41)", make_base(
+            "lora_target_modules: [q_proj, vproj]\n"), "'vproj'"),
+        Case("trl", "paw='no' (41)", api(lambda work: _paw_grpo_config(work, paw="no")),
+             "paw='no' is invalid"),
+        Case("trl", "max_obs_tokens=1.5 (41)", api(lambda work: _paw_grpo_config(
+            work, max_obs_tokens=1.5)), "max_obs_tokens=1.5 is invalid"),
+        *[Case("train", f"WORLD_SIZE=2 by hand, RANK={rank}, no peer (41)",
+               __import__("unittest.mock").mock.patch.dict("os.environ", {
+                   "WORLD_SIZE": "2", "RANK": str(rank), "LOCAL_RANK": str(rank),
+                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(29537 + rank)})(train_flags(
+                       base, "--n_groups", "2", "--launch_timeout", "2")),
+               "did not come together within 2 s") for rank in (0, 1)],
         # -- TRL integration and transcript pretraining (Python API) -----------------------
         Case("trl", "alpha=2", api(lambda work: _paw_grpo_config(work, alpha=2.0)), "alpha=2.0"),
         Case("trl", "temperature=0.5 with paw", api(lambda work: _paw_grpo_config(
@@ -416,6 +553,114 @@ def cases() -> list[Case]:
         Case("pretrain", "rows='bogus'", api(lambda work: _pretrain(work, rows="bogus")),
              "rows='bogus'"),
     ]
+
+
+# -- issue 41: the output guard --------------------------------------------------------------
+#: The commands that write an output folder, with a quick real run into ``{work}/out`` (the
+#: demo's is its default, minutes: only its refusals before any work are tried).
+OUTPUT_COMMANDS = {
+    "build-tiny-model": ["build-tiny-model", "--env", "PaW/Shelf-v0", "--size", "nano",
+                         "--episodes", "2", "--output_dir", "{work}/out"],
+    "sft": ["sft", "--record-env", "PaW/Shelf-v0", "--episodes", "2", "--model", "{work}/tiny",
+            "--replay", "{work}/demos", "--output_dir", "{work}/out", "--epochs", "1",
+            "--successful_only", "false", "--progress", "false"],
+    "train-wm": ["train-wm", "--record_env", "PaW/Shelf-v0", "--record_episodes", "2",
+                 "--model", "{work}/tiny", "--method", "sft", "--steps", "1", "--batch_size",
+                 "2", "--output_dir", "{work}/out", "--progress", "false"],
+    "train": ["train", "--model", "{work}/tiny", "--env_id", "PaW/Shelf-v0", "--total_steps",
+              "1", "--n_groups", "1", "--group_size", "2", "--max_new_tokens", "4",
+              "--max_episode_steps", "2", "--progress", "false", "--output_dir", "{work}/out"],
+    "demo": ["demo", "--output_dir", "{work}/out"],
+}
+#: What :func:`_users_files` adds, relative to the scratch folder.
+USERS_FILES = ("out/notes.txt", "out/mine/a.txt", "outside/data.txt")
+
+
+def _users_files(work: Path) -> None:
+    """A file, a folder and a symlink to data outside, added to ``{work}/out`` by the user."""
+    write("out/notes.txt", "the user's notes")(work)
+    write("out/mine/a.txt", "the user's folder")(work)
+    write("outside/data.txt", "the user's data")(work)
+    (work / "out" / "data").symlink_to(work / "outside", target_is_directory=True)
+
+
+def _overwrite_beside_users_files(command: str) -> Callable[[Path], int]:
+    def run(work: Path) -> int:
+        _tiny(work)
+        if cli(*OUTPUT_COMMANDS[command])(work) != 0:
+            return 1
+        _users_files(work)
+        return cli(*OUTPUT_COMMANDS[command], "--overwrite", "true")(work)
+    return run
+
+
+def _overwrite_over(command: str, name: str) -> Callable[[Path], int]:
+    """``--overwrite true`` into a folder holding the user's own file at a name the command
+    writes (a folder of the user's, never written by paw-gym)."""
+    def run(work: Path) -> int:
+        _tiny(work)
+        write(f"out/{name}", "the user's own")(work)
+        return cli(*OUTPUT_COMMANDS[command], "--overwrite", "true")(work)
+    return run
+
+
+def _while_held(command: str) -> Callable[[Path], int]:
+    """The command into a folder another process is writing."""
+    def run(work: Path) -> int:
+        from tests.common import held_by_another_process
+
+        _tiny(work)
+        with held_by_another_process(work / "out"):
+            return cli(*OUTPUT_COMMANDS[command], "--overwrite", "true")(work)
+    return run
+
+
+def _model_output(work: Path, finish: bool) -> Path:
+    """The tiny model saved through the output guard into ``{work}/sft``, as ``sft`` saves;
+    not finished (a kill before the end) unless ``finish``."""
+    import shutil
+
+    from paw_gym.outputs import MODEL_FILES, claim_folder
+
+    output = claim_folder(work / "sft", "sft", False, writes=MODEL_FILES)
+    with output.staged(".") as staging:
+        shutil.copytree(_tiny(work), staging, dirs_exist_ok=True)
+    output.finish() if finish else output.release()
+    return work / "sft"
+
+
+def _incomplete_output(work: Path) -> Path:
+    return _model_output(work, finish=False)
+
+
+def _flipped_output(work: Path) -> Path:
+    out = _model_output(work, finish=True)
+    _flip_a_byte("*.safetensors")(out)
+    return out
+
+
+def _flip_a_byte(pattern: str) -> Callable[[Path], None]:
+    def damage(folder: Path) -> None:
+        path = next(folder.glob(pattern))
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 1  # in the tensor data: the header stays valid
+        path.write_bytes(bytes(data))
+    return damage
+
+
+def _eval_model(make: Callable[[Path], Path]) -> Callable[[Path], int]:
+    def run(work: Path) -> int:
+        return cli("eval", "--env", "PaW/Shelf-v0", "--checkpoint", str(make(work)), "--limit",
+                   "1", "--output_dir", "{work}/eval")(work)
+    return run
+
+
+def _on_model(command: str, make: Callable[[Path], Path]) -> Callable[[Path], int]:
+    """``command`` of :data:`OUTPUT_COMMANDS` with ``--model`` the folder ``make`` leaves."""
+    def run(work: Path) -> int:
+        model = str(make(work))
+        return cli(*[a.replace("{work}/tiny", model) for a in OUTPUT_COMMANDS[command]])(work)
+    return run
 
 
 def _serve_env_on_a_taken_port(work: Path) -> int:
@@ -519,6 +764,17 @@ def _bad_alfworld_game(work: Path) -> None:
 
 
 def classify(case: Case, work: Path) -> tuple[str, str]:
+    verdict, message = _verdict(case, work)
+    lost = [name for name in case.keeps if not _intact(work / name)]
+    return ("lost", f"lost {lost}: {message}") if lost else (verdict, message)
+
+
+def _intact(path: Path) -> bool:
+    """A user's file of :func:`_users_files`, as it was written."""
+    return path.is_file() and path.read_text(encoding="utf-8").startswith("the user's")
+
+
+def _verdict(case: Case, work: Path) -> tuple[str, str]:
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
@@ -563,13 +819,13 @@ def main(argv=None) -> dict:
                      "seconds": round(time.perf_counter() - start, 2)})
         print(f"{verdict:9s} {case.area}: {case.name}: {rows[-1]['message'][:110]}", flush=True)
     counts = {v: sum(r["verdict"] == v for r in rows)
-              for v in ("clear", "unclear", "traceback", "accepted")}
+              for v in ("clear", "unclear", "traceback", "accepted", "lost")}
     table = ["| area | bad input | verdict | message |", "|---|---|---|---|"]
     table += [f"| {r['area']} | {r['case']} | {r['verdict']} | {r['message'][:120]} |"
               for r in rows]
     summary = (f"{len(rows)} bad inputs tried: {counts['clear']} clear errors, "
                f"{counts['unclear']} unclear errors, {counts['traceback']} tracebacks, "
-               f"{counts['accepted']} accepted")
+               f"{counts['accepted']} accepted, {counts['lost']} lost a user's file")
     print(summary)
     if not args.only:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

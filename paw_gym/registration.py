@@ -131,3 +131,67 @@ def register_builtin_envs() -> None:
 def list_text_envs() -> dict[str, str]:
     """``{id: description}`` of the PaW built-ins and every env added by ``register_text_env``."""
     return {env_id: DESCRIPTIONS[env_id] for env_id in sorted(DESCRIPTIONS) if env_id in gym.registry}
+
+
+def env_creator(env_id: str) -> Callable[..., gym.Env]:
+    """The class or function a registered id builds its env with, loaded without building one
+    (to read its signature or class attributes)."""
+    entry_point = gym.spec(env_id).entry_point
+    if isinstance(entry_point, str):
+        entry_point = gym.envs.registration.load_env_creator(entry_point)
+    return entry_point
+
+
+def check_env_id(env_id: str) -> None:
+    """Raise ``ValueError`` for an id nobody registered, naming the nearest registered text env
+    and listing them all."""
+    import difflib
+
+    if env_id not in gym.registry:  # (importing this module registered the built-in ids)
+        text_envs = list(list_text_envs())
+        nearest = difflib.get_close_matches(env_id, text_envs, n=1)
+        hint = f"did you mean {nearest[0]}? " if nearest else ""
+        raise ValueError(f"unknown env id {env_id!r}; {hint}registered text envs: "
+                         f"{', '.join(text_envs)} (`paw-gym envs` describes them)")
+
+
+def env_parameters(env_id: str) -> dict[str, Any] | None:
+    """``{name: inspect.Parameter}`` of the constructor of a registered id, annotations
+    resolved where they can be (a string one that cannot stays a string); None when it takes
+    ``**kwargs`` (any name may be right)."""
+    import inspect
+
+    creator = env_creator(env_id)
+    try:
+        signature = inspect.signature(creator, eval_str=True)
+    except (NameError, TypeError, SyntaxError, AttributeError):
+        signature = inspect.signature(creator)
+    parameters = signature.parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name: p for p in parameters if p.name not in ("self", "render_mode")
+            and p.kind is not inspect.Parameter.VAR_POSITIONAL}
+
+
+def check_env_settings(env_id: str, env_kwargs: dict[str, Any] | None = None) -> None:
+    """Raise ``ValueError`` for an unknown env id, for ``env_kwargs`` keys its constructor
+    does not take, or for an argument it needs that neither they nor the registration give,
+    without building the env (it can be expensive: a catalog, a game set). Their values are
+    checked against the constructor's annotations by ``training.preflight.check_env``."""
+    import inspect
+
+    check_env_id(env_id)
+    parameters = env_parameters(env_id)
+    if parameters is None:
+        return
+    accepted = list(parameters)
+    unknown = sorted(set(env_kwargs or {}) - set(accepted))
+    if unknown:
+        raise ValueError(f"env_kwargs {unknown} are not arguments of {env_id}; it accepts "
+                         f"{accepted}")
+    given = {**(gym.spec(env_id).kwargs or {}), **(env_kwargs or {})}
+    missing = [name for name, p in parameters.items() if p.default is inspect.Parameter.empty
+               and name not in given]
+    if missing:
+        raise ValueError(f"{env_id} needs env_kwargs {', '.join(missing)} (e.g. --env_kwargs "
+                         f"{missing[0]}=...); it accepts {accepted}")

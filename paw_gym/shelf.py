@@ -20,7 +20,7 @@ distractors. ``all`` draws any target.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from paw_gym.core import Task, TaskList, TextEnv
 
@@ -45,7 +45,8 @@ class ShelfEnv(TextEnv):
 
     held_out_split = "test"
 
-    def __init__(self, split: str = "train", shelf_sizes: tuple[int, ...] = (3, 4, 5),
+    def __init__(self, split: Literal["train", "test", "all"] = "train",
+                 shelf_sizes: tuple[int, ...] = (3, 4, 5),
                  render_mode: str | None = None):
         super().__init__(render_mode=render_mode)
         if split not in SPLITS:

@@ -3,7 +3,11 @@ custom test env's id, registered on import, and where the real datasets are."""
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
+import sys
 from pathlib import Path
+from typing import Iterator
 
 import gymnasium as gym
 
@@ -29,3 +33,22 @@ def replay_record_key(record: dict) -> tuple:
 TIMING_METRICS = frozenset({"rollout_time", "step_time", "update_time", "tokens_per_s",
                             "gen_tokens_per_s", "peak_mem_mb", "rollout_wait_time",
                             "weight_sync_time"})
+
+
+_HOLD = ("import sys, time\nfrom paw_gym.outputs import claim_folder\n"
+         "claim_folder(sys.argv[1], 'sft', False)\nprint('claimed', flush=True)\ntime.sleep(60)")
+
+
+@contextlib.contextmanager
+def held_by_another_process(folder: Path) -> Iterator[subprocess.Popen]:
+    """``folder`` claimed through the output guard by another Python process (its command line
+    ``-c <folder>``) for the ``with`` block; that process is killed at its end."""
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(folder)],
+                              cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "claimed"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()

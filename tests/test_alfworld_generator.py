@@ -239,6 +239,17 @@ def test_cli_gen_alfworld_writes_official_layout(tmp_path, capsys):
                  "pick_heat_then_place_in_recep"]) == 2
     assert "valid_unseen holds games paw-gym did not generate" in capsys.readouterr().err
     assert (official / "game.tw-pddl").read_text() == "{}"
+    # A split of paw-gym's own made with other settings is replaced: its games go, a user's
+    # file beside them stays (and is named).
+    mine = tmp_path / "json_2.1.1" / "valid_seen" / "my-notes.txt"
+    mine.write_text("the user's")
+    assert main(["gen-alfworld", "--output_dir", str(tmp_path), "--per-type", "1", "--seed", "1",
+                 "--no-progress", "--splits", "eval_in_distribution", "--task-types",
+                 "pick_heat_then_place_in_recep"]) == 0
+    assert "kept 1 entries it did not write: my-notes.txt" in capsys.readouterr().err
+    assert mine.read_text() == "the user's"
+    assert [p.parent.name for p in (tmp_path / "json_2.1.1" / "valid_seen").rglob(
+        "game.tw-pddl")] == ["trial_paw_s1_00000"]
 
 
 def test_command_cache_keys_ignore_where_the_agent_stands():

@@ -92,3 +92,58 @@ def test_every_command_runs_torch_on_one_thread_unless_told(environment, threads
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**env, **environment}, timeout=120)
     assert done.stderr.strip().splitlines()[-1] == str(threads)
+
+
+@pytest.mark.parametrize("command", [
+    ["eval", "--env", "PaW/Shelf-v0", "--agent", "random"],
+    ["play", "--env", "PaW/Shelf-v0"],
+    ["gen-alfworld", "--output_dir", "{tmp}/alf"],
+])
+def test_a_negative_seed_is_one_line_in_every_command(tmp_path, capsys, command):
+    command = [word.replace("{tmp}", str(tmp_path)) for word in command]
+    assert main([*command, "--seed", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"paw-gym {command[0]}: error: seed=-1 is invalid; expected an integer in "
+                   f"[0, 4,294,967,296)\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", [
+    ["play", "--env", "PaW/Shelf-v0"],
+    ["eval", "--env", "PaW/Shelf-v0", "--agent", "random", "--output_dir", "{tmp}/eval"],
+    ["serve-env", "--env", "PaW/Shelf-v0", "--port", "0"],
+    ["train", "--env_id", "PaW/Shelf-v0", "--model", "{tmp}/none", "--output_dir", "{tmp}/run"],
+])
+def test_env_kwargs_of_the_wrong_type_are_one_line_before_any_work(tmp_path, capsys, command):
+    command = [word.replace("{tmp}", str(tmp_path)) for word in command]
+    assert main([*command, "--env_kwargs", "shelf_sizes=abc"]) == 2
+    assert capsys.readouterr().err == (
+        f"paw-gym {command[0]}: error: env_kwargs shelf_sizes='abc' is invalid for "
+        f"PaW/Shelf-v0; expected a list of integers\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_device_or_dtype_this_machine_cannot_run_is_one_line(tmp_path, capsys):
+    import torch
+
+    if not torch.cuda.is_available():
+        assert main(["eval", "--env", "PaW/Shelf-v0", "--model", "x", "--device", "cuda",
+                     "--output_dir", str(tmp_path / "eval")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("paw-gym eval: error: device='cuda' is not available: this "
+                              "machine has no CUDA GPU") and err.endswith("its devices: cpu\n")
+    assert main(["train", "--dtype", "float8", "--output_dir", str(tmp_path / "run")]) == 2
+    assert "argument --dtype: invalid choice: 'float8'" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_dead_remote_env_is_one_line(tmp_path, capsys):
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    assert main(["play", "--env", "PaW/Remote-v0", "--env_kwargs", f"url={url}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"paw-gym play: error: PaW/Remote-v0 url='{url}': no env server "
+                          f"answers at {url}") and err.count("\n") == 1

@@ -200,10 +200,12 @@ def test_a_killed_two_process_run_resumes_to_the_same_metrics(tiny_model_dir, tm
     out = tmp_path / "killed"
     assert [json.loads(line)["step"] for line in
             (out / "metrics.jsonl").read_text().splitlines()] == [1, 2]
-    if kill_at == "save":  # rank 1's shard file of step 2 was begun, the checkpoint never ended
-        partial = out / "checkpoints" / "step-000002"
-        assert (partial / "sharded" / "__1_0.distcp").is_file()
-        assert not (partial / "state.json").exists()
+    if kill_at == "save":  # rank 1 died writing its shard of step 2: that checkpoint never
+        # ended. It was written into a hidden folder, never renamed into place (rank 0 removes
+        # it when the collective fails; a kill of rank 0 too would leave it, unused).
+        assert sorted(p.name for p in (out / "checkpoints").iterdir()
+                      if not p.name.startswith(".")) == ["step-000001"]
+        assert not (out / "checkpoints" / ".step-000002.partial" / "state.json").exists()
     resumed = _launch([*torchrun, "-m", "training.cli", "train", "--config", str(config),
                        "--output_dir", str(out), "--resume"], tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
@@ -356,3 +358,68 @@ def test_fsdp_in_one_process_without_a_launcher_is_the_sharded_path(tiny_model_d
     assert sorted(p.name for p in (checkpoint / "sharded").iterdir()) == [".metadata",
                                                                          "__0_0.distcp"]
     assert list((checkpoint / "model").glob("*.safetensors"))
+
+
+def _launch_env(monkeypatch, rank: int) -> None:
+    for name, value in {"WORLD_SIZE": "2", "RANK": str(rank), "LOCAL_RANK": str(rank),
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_launch_whose_peer_never_joins_times_out_with_one_line(monkeypatch, rank):
+    import time
+
+    import torch
+
+    from training.infra.distributed import LaunchError, join_launch
+
+    _launch_env(monkeypatch, rank)
+    start = time.monotonic()
+    with pytest.raises(LaunchError, match=rf"^the launch of WORLD_SIZE=2 processes did not come "
+                                          rf"together within 1 s \(this is RANK={rank}, "):
+        join_launch("cpu", timeout=1)
+    assert time.monotonic() - start < 30
+    assert not torch.distributed.is_initialized()
+
+
+def test_train_with_a_missing_peer_exits_with_one_line(tiny_model_dir, tmp_path):
+    """WORLD_SIZE=2 set by hand, no second process: one error line, not a silent hang."""
+    env = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(_free_port())}
+    done = _launch([sys.executable, "-m", "training.cli", "train", "--model",
+                    str(tiny_model_dir), "--env_id", "PaW/Shelf-v0", "--device", "cpu",
+                    "--n_groups", "2", "--group_size", "2", "--output_dir",
+                    str(tmp_path / "run"), "--launch_timeout", "2"], tmp_path, **env)
+    assert done.returncode == 2
+    assert done.stderr.startswith("paw-gym train: error: the launch of WORLD_SIZE=2 processes "
+                                  "did not come together within 2 s (this is RANK=0")
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+JOIN_AND_SUM = textwrap.dedent("""
+    import torch
+    from training.infra.distributed import join_launch
+
+    join_launch("cpu", timeout=60)
+    value = torch.ones(1)
+    torch.distributed.all_reduce(value)
+    print(int(value.item()))
+    torch.distributed.destroy_process_group()
+""")
+
+
+def test_the_bounded_join_makes_a_working_group_by_hand_and_under_torchrun(tmp_path):
+    script = tmp_path / "join.py"
+    script.write_text(JOIN_AND_SUM)
+    port = str(_free_port())
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "WORLD_SIZE": "2",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+    ranks = [subprocess.Popen([sys.executable, str(script)], cwd=tmp_path,
+                              env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(2)]
+    outputs = [rank.communicate(timeout=120) for rank in ranks]
+    assert [out.strip() for out, _ in outputs] == ["2", "2"], outputs
+    done = _launch([*_torchrun(2), str(script)], tmp_path)
+    assert done.returncode == 0 and done.stdout.split() == ["2", "2"], done.stderr[-2000:]

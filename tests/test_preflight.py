@@ -51,15 +51,17 @@ def test_the_launch_needs_a_rollout_group_per_process(tiny_model_dir, tmp_path):
 def test_an_earlier_run_is_refused_unless_resumed_or_overwritten(tiny_model_dir, tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "metrics.jsonl").write_text("{}\n")
-    with pytest.raises(PreflightError, match="already holds a training run"):
+    with pytest.raises(PreflightError, match="already holds 1 entries paw-gym did not write"):
         preflight(_config(tiny_model_dir, tmp_path))
     preflight(_config(tiny_model_dir, tmp_path), resume=True)
-    preflight(_config(tiny_model_dir, tmp_path, overwrite=True))
+    with pytest.raises(PreflightError, match="holds 'metrics.jsonl', which paw-gym did not "
+                                             "write and `paw-gym train` would write over"):
+        preflight(_config(tiny_model_dir, tmp_path, overwrite=True))
 
 
 def test_a_file_in_the_way_of_the_output_folder_is_refused(tiny_model_dir, tmp_path):
     (tmp_path / "run").write_text("mine")
-    with pytest.raises(PreflightError, match="output_dir .* is not writable"):
+    with pytest.raises(PreflightError, match="output_dir .* is a file; give a folder"):
         preflight(_config(tiny_model_dir, tmp_path))
     assert (tmp_path / "run").read_text() == "mine"
 
@@ -117,3 +119,155 @@ def test_the_trl_trainer_checks_its_model_before_trl_loads_it(tmp_path):
 
 def test_check_model_accepts_a_saved_model(tiny_model_dir):
     check_model(tiny_model_dir)
+
+
+# -- issue 41: every setting checked before any work -----------------------------------------
+
+@pytest.mark.parametrize("env_id, env_kwargs, message", [
+    ("PaW/Shelf-v0", {"shelf_sizes": "abc"},
+     "env_kwargs shelf_sizes='abc' is invalid for PaW/Shelf-v0; expected a list of integers"),
+    ("PaW/Shelf-v0", {"split": "dev"},
+     "env_kwargs split='dev' is invalid for PaW/Shelf-v0; expected one of train | test | all"),
+    ("PaW/WebShop-v0", {"num_products": "abc"},
+     "env_kwargs num_products='abc' is invalid for PaW/WebShop-v0; expected an integer or none"),
+    ("PaW/Sokoban-v0", {"size": True}, "env_kwargs size=True is invalid for PaW/Sokoban-v0"),
+    ("PaW/Remote-v0", {}, "PaW/Remote-v0 needs env_kwargs url"),
+    ("PaW/Remote-v0", {"url": "ftp://x"}, "url 'ftp://x': give the server's base URL"),
+])
+def test_env_kwargs_are_checked_against_the_constructors_signature(env_id, env_kwargs,
+                                                                    message):
+    from training.preflight import check_env
+
+    with pytest.raises(PreflightError) as caught:
+        check_env(env_id, env_kwargs)
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+
+
+def test_env_kwargs_of_the_right_types_pass():
+    from training.preflight import check_env
+
+    check_env("PaW/Shelf-v0", {"split": "test", "shelf_sizes": [3, 4]})  # a YAML list: a tuple
+    check_env("PaW/WebShop-v0", {"num_products": None, "data_dir": "somewhere"})
+
+
+def test_a_dead_remote_env_url_is_one_line():
+    import socket
+
+    from training.preflight import check_env
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(PreflightError) as caught:
+        check_env("PaW/Remote-v0", {"url": f"http://127.0.0.1:{port}", "timeout": 2})
+    assert str(caught.value) == (
+        f"PaW/Remote-v0 url='http://127.0.0.1:{port}': no env server answers at "
+        f"http://127.0.0.1:{port} (Connection refused); start one with `paw-gym serve-env "
+        f"--env ENV_ID`")
+
+
+def test_val_split_must_be_a_split_of_the_env_when_validation_runs(tiny_model_dir, tmp_path):
+    preflight(_config(tiny_model_dir, tmp_path / "a", val_split="validation"))  # no validation
+    with pytest.raises(PreflightError, match=r"^val_split='validation' is not a split of "
+                                             r"PaW/Shelf-v0; expected one of train \| test \| "
+                                             r"all$"):
+        preflight(_config(tiny_model_dir, tmp_path / "b", val_split="validation", val_every=1))
+    assert not (tmp_path / "b").exists()
+    preflight(_config(tiny_model_dir, tmp_path / "c", val_split="test", val_before_train=True))
+
+
+def test_a_device_this_machine_lacks_is_one_line_naming_what_it_has():
+    import torch
+
+    from training.preflight import check_device
+
+    check_device(None)
+    check_device("cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(PreflightError, match=r"^device='cuda' is not available: this "
+                                                 r"machine has no CUDA GPU.*; its devices: cpu"):
+            check_device("cuda")
+    if not torch.backends.mps.is_available():
+        with pytest.raises(PreflightError, match=r"^device='mps' is not available: .*no Apple "
+                                                 r"MPS device; its devices: cpu"):
+            check_device("mps")
+    with pytest.raises(PreflightError, match=r"^device='gpu' is invalid; expected cpu, cuda"):
+        check_device("gpu")
+
+
+def test_dtype_is_a_declared_choice_and_one_the_device_runs(tiny_model_dir, tmp_path):
+    from training.preflight import check_dtype
+
+    with pytest.raises(ValueError, match=r"dtype='float8' is invalid; expected auto \| float32 "
+                                         r"\| bfloat16 \| float16 \| float64"):
+        _config(tiny_model_dir, tmp_path, dtype="float8")
+    check_dtype("bfloat16", "cpu")  # bfloat16 runs on a CPU
+    with pytest.raises(PreflightError, match="float64' does not run on mps"):
+        check_dtype("float64", "mps")
+
+
+def test_vllm_rollouts_need_an_importable_vllm(tiny_model_dir, tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "vllm" else real(name, *a))
+    with pytest.raises(PreflightError, match=r"^rollout_backend='vllm' needs vLLM, which this "
+                                             r"Python \(.*\) cannot import: pip install"):
+        preflight(_config(tiny_model_dir, tmp_path, rollout_backend="vllm"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_mistyped_lora_target_is_refused_before_the_model_loads(tiny_model_dir, tmp_path,
+                                                                   monkeypatch):
+    with pytest.raises(PreflightError, match=r"^lora_target_modules 'q_prj' \(did you mean "
+                                             r"q_proj\?\) name no layer of the model; its layers"
+                                             r" LoRA can wrap: .*q_proj"):
+        preflight(_config(tiny_model_dir, tmp_path, lora_target_modules=["q_prj", "v_proj"]))
+    preflight(_config(tiny_model_dir, tmp_path / "ok",
+                      lora_target_modules=["self_attn.q_proj", "down_proj"]))
+    preflight(_config(tiny_model_dir, tmp_path / "full", lora=False,
+                      lora_target_modules=["q_prj"]))  # no LoRA: nothing to target
+    # A model whose config cannot be read beforehand is checked when it loads, the same way.
+    import training.models as models
+
+    monkeypatch.setattr(models, "lora_layer_names", lambda source: None)
+    from training.trainer import PaWTrainer
+
+    with pytest.raises(ValueError, match="lora_target_modules 'q_prj'"):
+        PaWTrainer(_config(tiny_model_dir, tmp_path / "late", lora_target_modules=["q_prj"],
+                           device="cpu"))
+
+
+def test_the_machine_fields_of_every_commands_arguments_are_checked():
+    """``check_arguments`` reads fields by name, so a command's own dataclass is checked as
+    TrainConfig is."""
+    from dataclasses import dataclass
+
+    from training.preflight import check_arguments
+
+    @dataclass
+    class Arguments:
+        device: str | None = None
+        dtype: str = "auto"
+
+    check_arguments(Arguments())
+    with pytest.raises(PreflightError, match="device='gpu' is invalid"):
+        check_arguments(Arguments(device="gpu"))
+    with pytest.raises(PreflightError, match="dtype='float8' is invalid"):
+        check_arguments(Arguments(dtype="float8"))
+
+
+def test_fits_type_reads_annotations_as_yaml_gives_values():
+    import os
+    from typing import Literal, Sequence
+
+    from training.infra.checked_config import describe_kind, fits_type
+
+    assert fits_type(3, int) and not fits_type("3", int) and not fits_type(True, int)
+    assert fits_type(3, float) and not fits_type("x", float)
+    assert fits_type([1, 2], tuple[int, ...]) and not fits_type([1, "a"], tuple[int, ...])
+    assert fits_type("p", str | os.PathLike | None) and fits_type(None, int | None)
+    assert fits_type(["a"], Sequence[str]) and not fits_type("a", Sequence[str])
+    assert fits_type("test", Literal["train", "test"]) and not fits_type(1, Literal["1"])
+    assert describe_kind(tuple[int, ...] | None) == "a list of integers or none"

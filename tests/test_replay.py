@@ -182,15 +182,20 @@ def test_wrongly_typed_fields_are_malformed_not_misread(tmp_path):
     good = replay.to_list()[0]
     shard = next((tmp_path / "typed").glob("*.jsonl"))
     with open(shard, "a", encoding="utf-8") as handle:
-        for bad in ({"won": "no"}, {"reward": "3"}, {"terminated": 1}, {"h": None}):
+        for bad in ({"won": "no"}, {"reward": "3"}, {"terminated": 1}, {"h": None},
+                    {"reward": float("nan")}, {"episode_id": [1]}, {"step": "0"}):
             handle.write(json.dumps({**good, **bad}) + "\n")
-    with pytest.warns(UserWarning, match="4 malformed record"):
+    with pytest.warns(UserWarning, match="7 malformed record"):
         loaded = WMReplay.load(tmp_path / "typed")
     assert len(loaded) == 1 and len(loaded.filter(success=True)) == 1
     assert [e.reason for e in loaded.errors] == [
-        "field 'won' is 'no', expected true or false", "field 'reward' is '3', expected a number",
+        "field 'won' is 'no', expected true or false",
+        "field 'reward' is '3', expected a finite number",
         "field 'terminated' is 1, expected true or false",
-        "field 'h' is NoneType, expected a string"]
+        "field 'h' is None, expected a string",
+        "field 'reward' is nan, expected a finite number",
+        "field 'episode_id' is [1], expected a string",
+        "field 'step' is '0', expected an integer >= 0"]
 
 
 WRITER = textwrap.dedent("""

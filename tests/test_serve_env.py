@@ -295,11 +295,14 @@ def test_cli_bind_and_argument_errors_are_one_line(server, capsys):
     assert main(["serve-env", "--env", "PaW/Shelf-v0", "--max_sessions", "0"]) == 2
     assert "max_sessions=0 is invalid; expected an integer >= 1" in capsys.readouterr().err
     assert main(["serve-env", "--env", "PaW/Shelff-v0", "--port", "0"]) == 2
-    assert "Did you mean: `Shelf`?" in capsys.readouterr().err
+    assert "did you mean PaW/Shelf-v0?" in capsys.readouterr().err
     assert main(["serve-env", "--env", "FrozenLake-v1", "--port", "0"]) == 2
     assert "serves text envs" in capsys.readouterr().err
     assert main(["serve-env", "--env", "PaW/Shelf-v0", "--env_kwargs", "split=nope"]) == 2
-    assert "split 'nope' is not one of" in capsys.readouterr().err
+    assert ("env_kwargs split='nope' is invalid for PaW/Shelf-v0; expected one of train | test"
+            " | all") in capsys.readouterr().err
+    assert main(["serve-env", "--env", "PaW/Shelf-v0", "--env_kwargs", "shelf_sizes=abc"]) == 2
+    assert "shelf_sizes='abc' is invalid" in capsys.readouterr().err
 
 
 def test_cli_serves_until_interrupted(tmp_path):

@@ -74,13 +74,13 @@ def test_eval_defaults_to_the_held_out_split_and_names_bad_values(tmp_path, caps
     assert data["meta"]["split"] == "test" and data["meta"]["episodes"] == 48
     assert main(["eval", "--env", "PaW/Shelf-v0", "--agent", "random", "--split", "nope",
                  "--output_dir", str(tmp_path)]) == 2
-    assert "split 'nope'" in capsys.readouterr().err
+    assert "--split='nope' is not a split of PaW/Shelf-v0" in capsys.readouterr().err
     assert main(["eval", "--env", "PaW/Shelf", "--agent", "random"]) == 2
     assert "did you mean PaW/Shelf-v0" in capsys.readouterr().err
     assert main(["eval", "--env", "Test/GuessNumber-v0", "--split", "test", "--agent",
                  "random"]) == 2
-    assert "env_kwargs ['split'] are not arguments of Test/GuessNumber-v0" in \
-        capsys.readouterr().err
+    assert "--split='test': Test/GuessNumber-v0 has no splits (it takes no split argument)" \
+        in capsys.readouterr().err
     assert main(["eval", "--env", "PaW/Shelf-v0", "--agent", "random", "--max_steps", "0"]) == 2
     assert "max_steps=0 is invalid; expected an integer >= 1" in capsys.readouterr().err
     for command in (["eval", "--env", "PaW/Shelf-v0"], ["eval-wm"]):  # files stay inside --out

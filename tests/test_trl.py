@@ -158,6 +158,11 @@ def test_the_wm_loss_of_a_transcript_row_is_the_native_per_transition_loss():
     (dict(wm_loss="l2"), r"wm_loss='l2' is invalid; expected cmae \| mae \| ce"),
     (dict(r_max=float("nan")), r"r_max=nan is invalid"),
     (dict(temperature=0.7), r"temperature=0\.7 with paw"),
+    # Types checked as TrainConfig checks them: 'no' is not false, a string is not a number.
+    (dict(paw="no"), r"^paw='no' is invalid; expected true or false$"),
+    (dict(alpha="0.5"), r"^alpha='0\.5' is invalid; expected a number"),
+    (dict(max_obs_tokens=1.5), r"^max_obs_tokens=1\.5 is invalid; expected an integer or none$"),
+    (dict(adaptive_coef=1), r"^adaptive_coef=1 is invalid; expected true or false$"),
 ])
 def test_a_wrong_paw_setting_is_one_clear_error(tmp_path, settings, message):
     with pytest.raises(ValueError, match=message):

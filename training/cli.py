@@ -89,14 +89,20 @@ def main(argv: list[str] | None = None) -> int:
         from paw_gym.progress import quiet_libraries
 
         quiet_libraries()
+    from paw_gym.outputs import close_claims
+
+    status = 1
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        return status
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     except (UserError, PreflightError) as error:
         print(f"paw-gym {args.command}: error: {error}", file=sys.stderr)
         return 2
+    finally:  # an output folder is complete only when its command succeeded
+        close_claims(complete=status == 0)
 
 
 if __name__ == "__main__":  # python -m training.cli (torchrun, accelerate launch)

@@ -28,6 +28,8 @@ LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_
                        "down_proj")
 
 Algo = Literal["grpo", "gigpo", "rloo", "ppo"]
+#: The dtypes the policy's weights can be loaded in.
+WeightDtype = Literal["auto", "float32", "bfloat16", "float16", "float64"]
 #: ``rollout_correction`` modes (``training.rl.correction`` states each formula).
 RolloutCorrection = Literal["none", "token_truncate", "token_mask", "sequence_truncate",
                             "sequence_mask"]
@@ -43,8 +45,9 @@ class TrainConfig(CheckedConfig):
     """Hub name or local directory of the policy (any AutoModelForCausalLM with a chat template)."""
     init_checkpoint: str | None = None
     """Start from these weights instead: a full model directory, or a LoRA adapter directory."""
-    dtype: str = "auto"
-    """Weights dtype: auto, float32, bfloat16, float16, or float64 (CPU exactness checks)."""
+    dtype: WeightDtype = "auto"
+    """Weights dtype: auto, float32, bfloat16, float16, or float64 (CPU exactness checks); one
+    the device cannot run (bfloat16 on a GPU without it) is refused before the model loads."""
     device: str | None = None
     """cpu, cuda, cuda:1 ... (None: CUDA when available). Under torchrun / accelerate launch
     each process takes its own GPU (leave unset or ``cuda``) or the CPU (``cpu``: gloo)."""

@@ -128,17 +128,31 @@ class DemoConfig(CheckedConfig):
     machine with a bigger model)."""
 
 
+#: What the demo writes into its output_dir (the output guard's records, :mod:`paw_gym.outputs`):
+#: all in place but base-model/ (staged); sft-model/ and rl/ hold their own command's records.
+DEMO_WRITES = ("expert-demos/*", "base-model/", "sft-model/", "rl/", "curves.png", "eval_*.md",
+               "eval_*.json", "eval_*.csv", "summary.json", "results.md")
+
+
 def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
-    """Run the whole pipeline; returns the before/after overall rows and timings."""
+    """Run the whole pipeline in ``output_dir`` (claimed through the output guard); returns the
+    before/after overall rows and timings."""
+    from paw_gym.outputs import claim_folder
+
+    check_demo_config(config)
+    with claim_folder(config.output_dir, "demo", config.overwrite, writes=DEMO_WRITES,
+                      records=DEMO_WRITES):
+        return _run_demo(config, Path(config.output_dir), log)
+
+
+def _run_demo(config: DemoConfig, out: Path, log) -> dict[str, Any]:
     import torch
 
+    from paw_gym.outputs import staged, write_text_atomically
     from training.evaluate import evaluate, load_policy, write_tables
-    from training.infra.outputs import claim_folder
     from training.warmstart.sft import SFTConfig, record_expert_demos, run_sft
     from training.trainer import PaWTrainer
 
-    check_demo_config(config)
-    out = claim_folder(config.output_dir, "demo", config.overwrite)
     torch.set_num_threads(config.threads)
     quiet_libraries()  # the demo's output is its report, from the CLI or from Python
     timings: dict[str, float] = {}
@@ -152,7 +166,6 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
 
     prompt = {"history_length": config.history_length}
     demos = out / "expert-demos"
-    shutil.rmtree(demos, ignore_errors=True)
     record_expert_demos(config.env_id, config.expert_episodes, demos, seed=config.seed,
                         max_steps=config.max_steps, split=config.train_split,
                         epsilon=config.expert_epsilon, **prompt)
@@ -160,9 +173,13 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
 
     cached, built_now = cached_base(config, demos, log=lambda text: log(f"[demo] {text}"))
     base = out / "base-model"
-    shutil.rmtree(base, ignore_errors=True)
-    shutil.copytree(cached / "model", base)
-    reading = json.loads((cached / "probe.json").read_text(encoding="utf-8"))
+    with staged(base) as folder:
+        shutil.copytree(cached / "model", folder, dirs_exist_ok=True)
+    try:
+        reading = json.loads((cached / "probe.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:  # the cache is built whole: damaged afterwards
+        raise ValueError(f"the cached base model {str(cached)!r} is damaged (probe.json: "
+                         f"{error}); remove that folder and rerun: it is built again") from None
     lap("base model (built)" if built_now else "base model (cached)")
     log("[demo] reading probe on held-out prompts (expert action ranked first): " +
         ", ".join(f"{k.replace('_', ' ')} {v:.2f}" for k, v in reading.items()
@@ -171,7 +188,8 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     if config.sft_epochs:
         sft_dir, sft_history = run_sft(SFTConfig(
             model=str(base), replay=str(demos), output_dir=str(out / "sft-model"),
-            epochs=config.sft_epochs, lr=config.sft_lr, seed=config.seed, device="cpu",
+            overwrite=True, epochs=config.sft_epochs, lr=config.sft_lr, seed=config.seed,
+            device="cpu",
             successful_only=config.expert_epsilon == 0,
             token_budget=2048))  # small batches: more optimizer steps for the same compute
         lap("SFT warm start")
@@ -216,10 +234,10 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
                "before": asdict(before.row()), "after": asdict(after.row()),
                "before_train_tasks": asdict(before_train.row()),
                "after_train_tasks": asdict(after_train.row()), "validation": validation}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    write_text_atomically(out / "summary.json", json.dumps(summary, indent=2))
     tables = [("held-out", before, after), ("training-pool", before_train, after_train)]
-    (out / "results.md").write_text(results_markdown(tables, config, timings, validation),
-                                    encoding="utf-8")
+    write_text_atomically(out / "results.md", results_markdown(tables, config, timings,
+                                                               validation))
     return summary
 
 

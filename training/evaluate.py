@@ -21,6 +21,7 @@ envs: the success rate); ``return`` (mean episode return incl. invalid-action pe
 from __future__ import annotations
 
 import csv
+import io
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -112,15 +113,19 @@ def to_markdown(result: EvalResult, title: str | None = None) -> str:
 
 def write_tables(result: EvalResult, out_dir: str | Path, name: str = "eval") -> dict[str, Path]:
     """``<name>.md``, ``<name>.json`` and ``<name>.csv`` in ``out_dir``."""
+    from paw_gym.outputs import write_text_atomically
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"md": out / f"{name}.md", "json": out / f"{name}.json", "csv": out / f"{name}.csv"}
-    paths["md"].write_text(to_markdown(result, name), encoding="utf-8")
-    paths["json"].write_text(json.dumps(result.to_dict(), indent=2), encoding="utf-8")
-    with open(paths["csv"], "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(asdict(result.rows[0])))
-        writer.writeheader()
-        writer.writerows(asdict(r) for r in result.rows)
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=list(asdict(result.rows[0])))
+    writer.writeheader()
+    writer.writerows(asdict(r) for r in result.rows)
+    # Each file whole or absent: a kill leaves no half-written table.
+    for kind, text in (("md", to_markdown(result, name)), ("csv", table.getvalue()),
+                       ("json", json.dumps(result.to_dict(), indent=2))):
+        write_text_atomically(paths[kind], text)
     return paths
 
 
@@ -137,10 +142,12 @@ def episode_record(trajectory: Trajectory, episode: int) -> dict[str, Any]:
 
 def write_trajectories(result: EvalResult, path: str | Path) -> Path:
     """Every episode of ``result`` as one JSON line (:func:`episode_record`)."""
+    from paw_gym.outputs import write_text_atomically
+
     path = Path(path)
-    with open(path, "w", encoding="utf-8") as handle:
-        for index, trajectory in enumerate(result.trajectories):
-            handle.write(json.dumps(episode_record(trajectory, index), ensure_ascii=False) + "\n")
+    write_text_atomically(path, "".join(
+        json.dumps(episode_record(trajectory, index), ensure_ascii=False) + "\n"
+        for index, trajectory in enumerate(result.trajectories)))
     return path
 
 
@@ -196,7 +203,7 @@ def load_policy(model: str | None = None, checkpoint: str | Path | None = None,
     path = Path(checkpoint)
     if (path / "model").is_dir():
         if (path / "state.json").is_file():  # a trainer checkpoint: check every file first
-            state = verify_checkpoint(path)
+            state = verify_checkpoint(path, hashes=False)  # the model's load checks its sha256
             model = model or state.get("config", {}).get("model")
         path = path / "model"
     if not path.is_dir():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 from pathlib import Path
 
 import torch
@@ -25,6 +26,56 @@ def torch_dtype(name: str):
 
 def is_adapter_dir(path: str | Path | None) -> bool:
     return path is not None and Path(path, "adapter_config.json").is_file()
+
+
+#: Layer types peft's LoRA can wrap (by class name: transformers' GPT-2 ``Conv1D`` included).
+LORA_LAYER_TYPES = ("Linear", "Embedding", "Conv1d", "Conv2d", "Conv3d", "Conv1D")
+
+
+def layer_names(model: torch.nn.Module) -> set[str]:
+    """The full names of ``model``'s layers LoRA can wrap (:data:`LORA_LAYER_TYPES`)."""
+    return {name for name, module in model.named_modules()
+            if name and type(module).__name__ in LORA_LAYER_TYPES}
+
+
+@functools.lru_cache(maxsize=8)
+def lora_layer_names(source: str) -> frozenset[str] | None:
+    """:func:`layer_names` of the model at ``source`` (a folder or a cached hub id), built from
+    its config on the meta device (no weight is read, milliseconds for a small model), or None
+    when its config cannot be read here."""
+    import logging
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        config = AutoConfig.from_pretrained(source)
+        transformers_logger = logging.getLogger("transformers")
+        level = transformers_logger.level
+        transformers_logger.setLevel(logging.ERROR)
+        try:
+            with torch.device("meta"):
+                model = AutoModelForCausalLM.from_config(config)
+        finally:
+            transformers_logger.setLevel(level)
+    except Exception:  # noqa: BLE001 - any config this cannot read is checked when it loads
+        return None
+    return frozenset(layer_names(model))
+
+
+def check_lora_targets(targets, names) -> None:
+    """Every LoRA target in ``targets`` names a layer in ``names`` (full module names), as peft
+    matches them: the whole name or its last dotted parts (``q_proj``, ``self_attn.q_proj``);
+    else one ``ValueError`` naming the mistyped ones, the nearest names and the model's
+    (:func:`training.preflight.check_lora_targets` runs it before any weight loads)."""
+    import difflib
+
+    suffixes = sorted({name.split(".")[-1] for name in names})
+    missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
+    if missing:
+        hints = [f"{t!r}" + (f" (did you mean {near[0]}?)" if (near := difflib.get_close_matches(
+            t.split(".")[-1], suffixes, n=1)) else "") for t in missing]
+        raise ValueError(f"lora_target_modules {', '.join(hints)} name no layer of the "
+                             f"model; its layers LoRA can wrap: {', '.join(suffixes)}")
 
 
 def build_policy(config: TrainConfig, device: str | None = None):
@@ -49,6 +100,7 @@ def build_policy(config: TrainConfig, device: str | None = None):
     elif config.lora:
         from peft import LoraConfig, get_peft_model
 
+        check_lora_targets(config.lora_target_modules, layer_names(policy.model))
         lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha,
                           lora_dropout=config.lora_dropout,
                           target_modules=list(config.lora_target_modules), task_type="CAUSAL_LM")
@@ -65,17 +117,33 @@ def build_policy(config: TrainConfig, device: str | None = None):
     return policy
 
 
+def check_vllm_installed(name: str = "rollout_backend") -> None:
+    """A ``ValueError`` unless vLLM is importable by this Python (``importlib.util.find_spec``,
+    without importing it); it may live in its own venv (``python -m agents.vllm_venv``), which
+    the error names."""
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec("vllm") is not None:
+        return
+    from agents.vllm_venv import DEFAULT_DIR, venv_python
+
+    venv = venv_python(DEFAULT_DIR)
+    where = (f"run paw-gym with the vLLM venv's python: {venv} -m training.cli ..."
+             if venv.is_file() else
+             "on a CPU machine, build vLLM's own venv with `python -m agents.vllm_venv` and run "
+             "paw-gym with its python")
+    raise ValueError(f"{name}='vllm' needs vLLM, which this Python ({sys.executable}) cannot "
+                     f"import: pip install -e '.[vllm]' on a GPU machine; {where}")
+
+
 def build_vllm_policy(config: TrainConfig):
     """An ``agents.VLLMPolicy`` on the same base weights as :func:`build_policy`, ready to take
     the trained LoRA adapter or full weights (``rollout_backend: vllm``)."""
-    import importlib.util
 
     from agents.vllm_policy import VLLMPolicy
 
-    if importlib.util.find_spec("vllm") is None:
-        raise RuntimeError("rollout_backend: vllm needs vLLM in this environment: "
-                           "pip install -e '.[vllm]' on a GPU machine; on a CPU machine, run "
-                           "in the venv that `python -m agents.vllm_venv` builds")
+    check_vllm_installed()  # its one line: what to install, or which venv to use
     source = config.model
     if config.init_checkpoint and not is_adapter_dir(config.init_checkpoint):
         source = config.init_checkpoint

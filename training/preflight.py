@@ -4,11 +4,18 @@
 its own ``__post_init__`` checks types and ranges) and checks what needs the world outside it,
 the local checks first and the one that may ask the hub last:
 
-1. the env: a registered id and ``env_kwargs`` its constructor takes (nothing is built);
+1. the env: a registered id and ``env_kwargs`` its constructor takes, each of the type its
+   annotation declares (a split among the declared ones), and, with validation on, a
+   ``val_split`` the env has; the env's own ``check_settings`` (``PaW/Remote-v0``: a server
+   answers at ``url``). Nothing is built;
+   the machine: a ``device`` it has, a ``dtype`` that runs there, an importable vLLM for
+   ``rollout_backend: vllm`` (:func:`check_arguments`, which every command's arguments also
+   go through);
 2. the launch: at least one rollout group per process;
 3. the outputs: ``output_dir`` holds no earlier run (unless resuming or ``overwrite``);
 4. the model: ``init_checkpoint``, when set, is a folder; the model is a folder holding a
-   Hugging Face model, or a hub id the cache or the hub has;
+   Hugging Face model, or a hub id the cache or the hub has; with LoRA, every
+   ``lora_target_modules`` name is a layer of it (built on the meta device from its config);
 5. ``output_dir`` can be written (created if missing: the only thing preflight leaves).
 
 The first mistake is one :class:`PreflightError` (a ``ValueError``) naming the bad value and
@@ -44,14 +51,161 @@ class PreflightError(ValueError):
 
 
 def check_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> None:
-    """``env_id`` is registered (else the nearest id and the list) and ``env_kwargs`` are
-    arguments of its constructor; builds nothing."""
-    from agents.envs import check_env_settings
+    """``env_id`` is registered (else the nearest id and the list), ``env_kwargs`` are
+    arguments of its constructor (and give every one it needs), each value fits the
+    argument's annotation (``n_items=abc`` for an ``int``, ``split=dev`` for
+    ``Literal['train', 'test']``), and the env's own ``check_settings`` classmethod, if it has
+    one, accepts them (``PaW/Remote-v0``: a server answers at ``url``). Builds nothing; the one
+    check of env settings every command runs (train, eval, play, serve-env, sft, train-wm,
+    build-tiny-model, demo). Torch-free."""
+    import inspect
+
+    from paw_gym.registration import check_env_settings, env_creator, env_parameters
+    from training.infra.checked_config import describe_kind, fits_type
 
     try:
         check_env_settings(env_id, env_kwargs)
+        parameters = env_parameters(env_id) or {}
+        for name, value in (env_kwargs or {}).items():
+            kind = parameters[name].annotation if name in parameters else inspect.Parameter.empty
+            if kind is inspect.Parameter.empty or isinstance(kind, str):
+                continue  # nothing declared (or an annotation that does not resolve)
+            if not fits_type(value, kind):
+                raise ValueError(f"env_kwargs {name}={value!r} is invalid for {env_id}; "
+                                 f"expected {describe_kind(kind)}")
+        check_settings = getattr(env_creator(env_id), "check_settings", None)
+        if callable(check_settings):
+            check_settings(**(env_kwargs or {}))
     except ValueError as error:
         raise PreflightError(str(error)) from None
+
+
+def check_split(env_id: str, env_kwargs: dict[str, Any] | None, split: str | None,
+                name: str = "val_split") -> None:
+    """``split`` (``held-out``: the env's held-out split; None: no split) is a split of
+    ``env_id``: one its constructor's ``split`` argument declares (:func:`check_env` checks the
+    rest of ``env_kwargs``). Builds nothing."""
+    import inspect
+
+    from paw_gym.registration import env_creator, env_parameters
+    from training.infra.checked_config import describe_kind, fits_type
+
+    kwargs = {k: v for k, v in (env_kwargs or {}).items() if k != "split"}
+    check_env(env_id, kwargs)
+    if split is None:
+        return
+    if split == "held-out":  # an env without one plays its tasks unsplit
+        split = getattr(env_creator(env_id), "held_out_split", None)
+        if split is None:
+            return
+    parameters = env_parameters(env_id)
+    if parameters is not None and "split" not in parameters:
+        raise PreflightError(f"{name}={split!r}: {env_id} has no splits (it takes no split "
+                             f"argument); give none")
+    kind = parameters["split"].annotation if parameters else inspect.Parameter.empty
+    if kind is not inspect.Parameter.empty and not isinstance(kind, str) and \
+            not fits_type(split, kind):
+        raise PreflightError(f"{name}={split!r} is not a split of {env_id}; expected "
+                             f"{describe_kind(kind)}")
+    check_env(env_id, {**kwargs, "split": split})
+
+
+#: Accepted spellings of a device (the machine is asked by :func:`check_device`).
+DEVICE_PATTERN = r"cpu|cuda(:\d+)?|mps|xpu(:\d+)?"
+
+
+def machine_devices() -> list[str]:
+    """The devices this machine (this Python's torch) can run on: ``cpu`` and each GPU."""
+    import torch
+
+    devices = ["cpu"]
+    if torch.cuda.is_available():
+        devices += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        devices.append("mps")
+    if hasattr(torch, "xpu") and torch.xpu.is_available():
+        devices += [f"xpu:{i}" for i in range(torch.xpu.device_count())]
+    return devices
+
+
+def check_device(device: str | None, name: str = "device") -> None:
+    """``device`` (None: CUDA when available) is spelled right and exists on this machine;
+    the error names the devices it has."""
+    import re
+
+    if device is None or device == "cpu":
+        return  # no torch import for the common case
+    if not isinstance(device, str) or not re.fullmatch(DEVICE_PATTERN, device):
+        raise PreflightError(f"{name}={device!r} is invalid; expected cpu, cuda, cuda:N, mps, "
+                             f"xpu or none (CUDA when available)")
+    have = machine_devices()
+    kind, _, index = device.partition(":")
+    if any(d == device or d.split(":")[0] == kind and not index for d in have):
+        return
+    import torch
+
+    why = {"cuda": "no CUDA GPU" + ("" if torch.version.cuda else
+                                    ", and this torch is built without CUDA"),
+           "mps": "no Apple MPS device", "xpu": "no Intel XPU"}[kind]
+    if index and any(d.startswith(kind) for d in have):
+        why = f"no {device}"
+    raise PreflightError(f"{name}={device!r} is not available: this machine has {why}; its "
+                         f"devices: {', '.join(have)}")
+
+
+def check_dtype(dtype: str, device: str | None, name: str = "dtype") -> None:
+    """``dtype`` is one of :data:`training.config.WeightDtype` and runs on ``device`` (resolved
+    as the trainer resolves None): bfloat16 on a GPU without it, float64 on MPS are refused."""
+    import typing
+
+    from training.config import WeightDtype
+
+    accepted = typing.get_args(WeightDtype)
+    if dtype not in accepted:
+        raise PreflightError(f"{name}={dtype!r} is invalid; expected {' | '.join(accepted)}")
+    if dtype in ("auto", "float32") or device == "cpu":
+        return
+    import torch
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and dtype == "bfloat16" and torch.cuda.is_available() and \
+            not torch.cuda.is_bf16_supported():
+        raise PreflightError(f"{name}='bfloat16' does not run on this machine's GPU "
+                             f"({torch.cuda.get_device_name()}); use float16 or float32")
+    if device == "mps" and dtype == "float64":
+        raise PreflightError(f"{name}='float64' does not run on mps; use float32 or device cpu")
+
+
+def check_rollout_backend(backend: str, name: str = "rollout_backend") -> None:
+    """``vllm`` needs vLLM importable by this Python (:func:`training.models.check_vllm_installed`)."""
+    from training.models import check_vllm_installed
+
+    if backend == "vllm":
+        try:
+            check_vllm_installed(name)
+        except ValueError as error:
+            raise PreflightError(str(error)) from None
+
+
+#: Fields of a command's arguments (any dataclass, by name) that name something of this
+#: machine, checked by :func:`check_arguments` once the values are valid field by field.
+MACHINE_FIELDS = ("device", "dtype", "rollout_backend")
+
+
+def check_arguments(arguments: Any) -> None:
+    """What a command's arguments say about this machine, for every command alike
+    (``training.commands.flags.arguments_from`` calls it): a ``device`` it has, a ``dtype``
+    that runs there, a ``rollout_backend`` that is installed."""
+    device = getattr(arguments, "device", None)
+    if isinstance(device, str) or device is None and hasattr(arguments, "device"):
+        check_device(device)
+    dtype = getattr(arguments, "dtype", None)
+    if isinstance(dtype, str):
+        check_dtype(dtype, device if isinstance(device, str) else None)
+    backend = getattr(arguments, "rollout_backend", None)
+    if isinstance(backend, str):
+        check_rollout_backend(backend)
 
 
 def check_model(model: str | Path) -> None:
@@ -64,6 +218,23 @@ def check_model(model: str | Path) -> None:
         raise PreflightError(str(error), missing_file=True) from None
     except ValueError as error:
         raise PreflightError(str(error)) from None
+
+
+def check_lora_targets(config) -> None:
+    """With ``lora``, every ``lora_target_modules`` name is a layer of the model LoRA can wrap
+    (read from its config on the meta device: no weight is read); a model whose config cannot
+    be read here is checked when it loads (``training.models.build_policy``)."""
+    from training.models import check_lora_targets as check, is_adapter_dir, lora_layer_names
+
+    if not config.lora or is_adapter_dir(config.init_checkpoint):
+        return
+    source = config.init_checkpoint or config.model
+    names = lora_layer_names(str(source))
+    if names is not None:
+        try:
+            check(config.lora_target_modules, names)
+        except ValueError as error:
+            raise PreflightError(str(error)) from None
 
 
 def check_writable(folder: str | Path, name: str = "output_dir") -> None:
@@ -90,6 +261,9 @@ def preflight(config, *, resume: bool = False, world_size: int = 1, model: bool 
         outputs: check ``output_dir`` (False where the caller owns the folder, as the demo).
     """
     check_env(config.env_id, config.env_kwargs)
+    if config.val_every > 0 or config.val_before_train:
+        check_split(config.env_id, config.env_kwargs, config.val_split)
+    check_arguments(config)  # device, dtype, rollout backend
     from training.infra.checkpoint import check_output_dir  # torch: once the env is known
     from training.infra.distributed import check_group_count
 
@@ -104,5 +278,6 @@ def preflight(config, *, resume: bool = False, world_size: int = 1, model: bool 
                              missing_file=True)
     if model:
         check_model(config.model)
+        check_lora_targets(config)
     if outputs:  # last: it creates the folder, which no refused run should leave behind
         check_writable(config.output_dir)

@@ -6,7 +6,6 @@ import copy
 import math
 import random
 import resource
-import shutil
 import sys
 import time
 import warnings
@@ -19,6 +18,7 @@ import torch
 
 from agents.serialization import TransitionSerializer
 from agents.types import Trajectory
+from paw_gym.outputs import Output, claim_folder
 from paw_gym.progress import Progress, is_terminal, progress_bar, quiet_outside_terminal
 from training.config import TrainConfig, save_config
 from training.infra import checkpoint as ckpt
@@ -30,7 +30,7 @@ from training.models import (Reference, ValueModel, build_policy, build_vllm_pol
                              trainable_parameters)
 from training.preflight import preflight
 from training.rl.async_rollout import (AsyncRollouts, Rollout, RolloutRequest, all_weights,
-                                       rollouts_from_json, rollouts_to_json,
+                                       read_rollouts_ahead, rollouts_to_json,
                                        trainable_weights)
 from training.rl.batch import collate, token_budget_batches
 from training.rl.correction import correction_weights
@@ -152,6 +152,7 @@ class PaWTrainer:
         self.resumed_from: Path | None = None
         self.resumed_config: dict[str, Any] | None = None
         self._async: AsyncRollouts | None = None  # async_rollouts' worker, from the 1st step
+        self.output: Output | None = None  # output_dir, claimed by rank 0 in train()
         self._restored_rollouts: list[Rollout] = []  # sampled ahead, from a checkpoint
 
     def _check_memory(self) -> None:
@@ -195,11 +196,24 @@ class PaWTrainer:
         out = Path(config.output_dir)
         ckpt.check_output_dir(out, bool(resume), config.overwrite)
         world.barrier()  # every rank has checked before rank 0 changes anything
-        if world.is_main:
-            if config.overwrite and not resume:
-                ckpt.remove_run(out)
-            out.mkdir(parents=True, exist_ok=True)
+        if world.is_main:  # with overwrite, the earlier run's recorded files go
+            self.output = claim_folder(out, "train", config.overwrite,
+                                       writes=ckpt.TRAIN_WRITES, records=ckpt.TRAIN_WRITES,
+                                       resume=bool(resume))
         world.barrier()
+        try:
+            history = self._train(out, resume)
+        except BaseException:
+            if self.output is not None:  # incomplete: its checkpoints are whole, each one
+                self.output.release()
+            raise
+        if self.output is not None:
+            self.output.finish()
+        return history
+
+    def _train(self, out: Path, resume: str | Path | bool | None) -> list[dict[str, Any]]:
+        """:meth:`train` in its claimed ``out``."""
+        config, world = self.config, self.world
         if resume:
             self._resume(out, resume)
             if world.is_main:
@@ -796,16 +810,27 @@ class PaWTrainer:
     # -- checkpoints --------------------------------------------------------------------------
     def save_checkpoint(self) -> Path:
         """Rank 0 writes the weights, optimizers and state (under FSDP every rank also writes
-        its shards); every rank its RNG state. A failed write (a full disk) is a
-        ``CheckpointWriteError``, and the partial checkpoint goes."""
+        its shards); every rank its RNG state. Written into a hidden folder beside the
+        checkpoint, which rank 0 records (with each weight file's sha256) and renames into
+        place when complete (:meth:`paw_gym.outputs.Output.staged`). A failed write (a full
+        disk) is a ``CheckpointWriteError``, and the partial checkpoint goes."""
         from safetensors import SafetensorError
 
-        path = ckpt.checkpoint_dir(self.config.output_dir, self.step)
+        out = Path(self.config.output_dir)
+        path = ckpt.checkpoint_dir(out, self.step)
         try:
-            return self._write_checkpoint(path)
+            if self.world.is_main:
+                if self.output is None:  # called outside train(): the run's folder, as it is
+                    self.output = claim_folder(out, "train", False, writes=ckpt.TRAIN_WRITES,
+                                               records=ckpt.TRAIN_WRITES, resume=True)
+                with self.output.staged(path.relative_to(out).as_posix()) as staging:
+                    self._write_checkpoint(staging)
+                ckpt.prune(self.output, self.config.keep_checkpoints)
+            else:
+                self._write_checkpoint(path.with_name(f".{path.name}.partial"))
+            self.world.barrier()  # renamed before any rank goes on
+            return path
         except (OSError, SafetensorError) as error:  # safetensors' own I/O error
-            if self.world.is_main:  # without state.json it is incomplete anyway: make room
-                shutil.rmtree(path, ignore_errors=True)
             earlier = ckpt.latest_checkpoint(self.config.output_dir)
             after = (f"the latest intact checkpoint is {earlier.name}, which --resume takes"
                      if earlier else "no earlier checkpoint")
@@ -813,11 +838,12 @@ class PaWTrainer:
             raise ckpt.CheckpointWriteError(f"could not write checkpoint {path} ({reason}); "
                                             f"removed the partial one; {after}") from None
 
-    def _write_checkpoint(self, path: Path) -> Path:
+    def _write_checkpoint(self, path: Path) -> None:
+        """Every rank's part of a checkpoint, into the staging folder ``path`` (made by rank 0)."""
         from safetensors.torch import save_file
 
         world = self.world
-        path.mkdir(parents=True, exist_ok=True)
+        world.barrier()  # rank 0 has made the folder
         if world.sharded:  # each rank its shards; the whole weights gathered on rank 0
             world.save_sharded(self.model, self.optimizer, path / "sharded")
             model_state = world.full_weights(self.model)
@@ -850,11 +876,9 @@ class PaWTrainer:
             if ahead is not None:
                 state["rollouts_ahead"] = {"max_staleness": self.config.max_staleness,
                                            "steps": [rollout.step for rollout in ahead]}
-            # state.json last: its presence marks the checkpoint complete.
+            # state.json last: a checkpoint without it is incomplete.
             ckpt.write_json_atomically(path / "state.json", state)
-            ckpt.prune(self.config.output_dir, self.config.keep_checkpoints)
         world.barrier()
-        return path
 
     def _resume(self, out: Path, resume: str | Path | bool) -> None:
         """Load the given checkpoint, or (``resume=True``) the newest intact one in ``out``: a
@@ -926,10 +950,10 @@ class PaWTrainer:
                           RuntimeWarning, stacklevel=4)
             return []
         try:
-            rollouts = rollouts_from_json((path / AHEAD_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError, TypeError, KeyError) as error:
+            rollouts = read_rollouts_ahead(path / AHEAD_FILE)
+        except (OSError, ValueError) as error:  # ValueError: paw_gym.data_files' file:line
             raise ckpt.CheckpointError(f"{path / AHEAD_FILE} is missing or damaged "
-                                       f"({type(error).__name__}: {error})") from None
+                                       f"({error})") from None
         if [rollout.step for rollout in rollouts] != ahead["steps"]:
             raise ckpt.CheckpointError(f"{path / AHEAD_FILE} holds other rollouts than "
                                        f"state.json lists ({ahead['steps']})")

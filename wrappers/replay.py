@@ -10,7 +10,8 @@ Records live in memory and, when a ``path`` is given, are appended to disk as th
 
 ``path`` is a directory: each writing process gets its own shard file, so the recorders of an
 ``AsyncVectorEnv``'s workers never interleave. :meth:`WMReplay.load` reads every shard and part
-and reports (never silently drops) malformed records in ``replay.errors``.
+and reports (never silently drops) malformed records in ``replay.errors``
+(:mod:`paw_gym.data_files` holds the record schema).
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ import json
 import os
 import socket
 import uuid
-import warnings
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from paw_gym.data_files import (REPLAY_RECORD, BadRecord, check_rows, read_jsonl,
+                                report_bad)
 
 SCHEMA_VERSION = 1
 
@@ -34,13 +36,8 @@ REQUIRED_FIELDS = ("h", "a", "o_next", "reward", "terminated", "truncated", "tas
                    "task_type", "episode_id", "step")
 
 
-@dataclass(frozen=True)
-class LoadError:
-    """A record that could not be read back."""
-
-    file: str
-    line: int
-    reason: str
+#: A record that could not be read back (file, line, reason).
+LoadError = BadRecord
 
 
 class WMReplay:
@@ -189,8 +186,11 @@ class WMReplay:
     def load(cls, path: str | os.PathLike, strict: bool = False) -> WMReplay:
         """Read every shard (``*.jsonl``) and Parquet part under ``path`` (or one file).
 
-        Malformed or truncated records are collected in ``replay.errors`` and announced with a
-        warning; ``strict=True`` raises ``ValueError`` instead.
+        Every record goes through the one replay schema
+        (:data:`paw_gym.data_files.REPLAY_RECORD`: types, finite numbers). Malformed or
+        truncated records are skipped, collected in ``replay.errors`` and announced with one
+        ``DataFileWarning`` giving their count and the first ``file:line``; ``strict=True``
+        raises ``DataFileError`` (a ``ValueError``) instead.
         """
         root = Path(path)
         if not root.exists():
@@ -206,12 +206,7 @@ class WMReplay:
             records, errors = _read_parquet(file) if file.suffix == ".parquet" else _read_jsonl(file)
             replay.records.extend(records)
             replay.errors.extend(errors)
-        if replay.errors:
-            message = (f"{len(replay.errors)} malformed record(s) in {root} were not loaded, e.g. "
-                       + "; ".join(f"{e.file}:{e.line}: {e.reason}" for e in replay.errors[:3]))
-            if strict:
-                raise ValueError(message)
-            warnings.warn(message, stacklevel=2)
+        report_bad(replay.errors, REPLAY_RECORD, root, strict=strict)
         return replay
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -316,27 +311,7 @@ def trajectory_key(steps: list[dict[str, Any]]) -> str:
 
 
 def _read_jsonl(file: Path) -> tuple[list[dict[str, Any]], list[LoadError]]:
-    records, errors = [], []
-    with open(file, "rb") as handle:
-        data = handle.read()
-    lines = data.split(b"\n")
-    for number, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        if number == len(lines):  # no newline after it: the writer died mid-record
-            errors.append(LoadError(str(file), number, "truncated record (incomplete last line)"))
-            continue
-        try:
-            record = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            errors.append(LoadError(str(file), number, f"not valid JSON ({error})"))
-            continue
-        reason = _invalid_reason(record)
-        if reason:
-            errors.append(LoadError(str(file), number, reason))
-        else:
-            records.append(record)
-    return records, errors
+    return read_jsonl(file, REPLAY_RECORD)
 
 
 def _read_parquet(file: Path) -> tuple[list[dict[str, Any]], list[LoadError]]:
@@ -347,36 +322,8 @@ def _read_parquet(file: Path) -> tuple[list[dict[str, Any]], list[LoadError]]:
         rows = pq.read_table(file).to_pylist()
     except Exception as error:  # a damaged part: report it, keep loading the others
         return [], [LoadError(str(file), 0, f"unreadable Parquet part ({error})")]
-    records, errors = [], []
-    for number, row in enumerate(rows, start=1):
-        reason = _invalid_reason(row)
-        if reason:
-            errors.append(LoadError(str(file), number, reason))
-        else:
-            records.append(row)
-    return records, errors
-
-
-def _invalid_reason(record: Any) -> str | None:
-    if not isinstance(record, dict):
-        return "record is not a JSON object"
-    missing = [name for name in REQUIRED_FIELDS if name not in record]
-    if missing:
-        return f"missing field(s) {missing}"
-    version = record.get("schema_version")
-    if version != SCHEMA_VERSION:
-        return f"schema_version {version!r} is not {SCHEMA_VERSION}"
-    # Wrong types would be read as something else: "no" is a truthy win, "3" a string reward.
-    for name in ("h", "a", "o_next", "task_id", "task_type"):
-        if not isinstance(record[name], str):
-            return f"field {name!r} is {type(record[name]).__name__}, expected a string"
-    for name in ("terminated", "truncated", *(["won"] if "won" in record else [])):
-        if not isinstance(record[name], bool):
-            return f"field {name!r} is {record[name]!r}, expected true or false"
-    reward = record["reward"]
-    if isinstance(reward, bool) or not isinstance(reward, (int, float)):
-        return f"field 'reward' is {reward!r}, expected a number"
-    return None
+    # (Parquet gives every row every column: an optional field a record lacked is null.)
+    return check_rows(rows, REPLAY_RECORD, file)
 
 
 def _require_pyarrow() -> None:

@@ -3,6 +3,7 @@
 
 import math
 import mmap
+from pathlib import Path
 
 import pytest
 
@@ -88,7 +89,21 @@ def test_no_bad_input_ends_in_a_traceback_or_is_silently_accepted():
     from benchmarks.bad_inputs import main
 
     counts = main(["--out", "/tmp/paw-gym-bad-inputs"])["counts"]
-    assert counts["traceback"] == counts["accepted"] == counts["unclear"] == 0, counts
+    assert counts["traceback"] == counts["accepted"] == counts["unclear"] == counts["lost"] == 0, \
+        counts
+
+
+def test_the_bad_inputs_harness_calls_a_lost_user_file_lost(tmp_path):
+    """A case whose command removes a file the user had is "lost", whatever it printed."""
+    from benchmarks.bad_inputs import Case, classify, write
+
+    def removes_it(work: Path) -> int:
+        write("out/notes.txt", "the user's notes")(work)
+        (work / "out" / "notes.txt").unlink()
+        return 0
+    verdict, message = classify(Case("x", "y", removes_it, "", keeps=("out/notes.txt",)),
+                                tmp_path)
+    assert verdict == "lost" and message.startswith("lost ['out/notes.txt']")
 
 
 def test_paw_overhead_times_the_same_rows_with_and_without_the_world_model_term():

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 from paw_gym.alfworld.data import (
     DEFAULT_CACHE_PER_TYPE,
@@ -74,7 +74,9 @@ class ALFWorldEnv(TextEnv):
 
     held_out_split = "eval_out_of_distribution"
 
-    def __init__(self, split: str = "train", data_dir: str | Path | None = None,
+    def __init__(self, split: Literal["train", "eval_in_distribution",
+                                   "eval_out_of_distribution"] = "train",
+                 data_dir: str | Path | None = None,
                  task_types: Sequence[str] | None = None, num_games: int | None = None,
                  generated_per_type: int = DEFAULT_CACHE_PER_TYPE,
                  generated_seed: int = DEFAULT_CACHE_SEED, cache_size: int = 64,

@@ -13,7 +13,6 @@ command must be admissible, the game must not be won before the last one and mus
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -125,15 +124,28 @@ def generate_split(config: GenerationConfig, split: str, engine=None, bar=None) 
 
     Returns ``(written, rejected)``. An existing complete split (manifest present) is kept.
     """
-    from paw_gym.alfworld.engine import ALFWorldEngine
+    from paw_gym.outputs import claim_folder
 
     root = split_dir(config.out, split)
     if is_complete(config, split):
         return 0, 0
     check_replaceable(config, split)
-    if root.exists():  # paw-gym's own: an interrupted run, or other settings
-        shutil.rmtree(root)
-    root.mkdir(parents=True)
+    # paw-gym's own split (an interrupted run, or other settings) is replaced: the files the
+    # output guard recorded go, anything else stays.
+    with claim_folder(root, "gen-alfworld", overwrite=True, writes=SPLIT_FILES,
+                      records=SPLIT_FILES) as output:
+        return _generate_split(config, split, root, output, engine, bar)
+
+
+#: What a split's folder holds (records of the output guard, ``paw_gym.outputs``).
+SPLIT_FILES = (MANIFEST, IN_PROGRESS, "*/trial_paw_*/game.tw-pddl", "*/trial_paw_*/traj_data.json")
+
+
+def _generate_split(config: GenerationConfig, split: str, root: Path, output, engine,
+                    bar) -> tuple[int, int]:
+    """:func:`generate_split` into its claimed ``root``."""
+    from paw_gym.alfworld.engine import ALFWorldEngine
+
     (root / IN_PROGRESS).write_text("", encoding="utf-8")
     own_engine = engine is None
     engine = engine or ALFWorldEngine(cache_size=1)
@@ -165,7 +177,7 @@ def generate_split(config: GenerationConfig, split: str, engine=None, bar=None) 
                         written += 1
                         break
                     rejected += 1
-                    shutil.rmtree(folder)
+                    output.remove(folder.relative_to(root).as_posix())
                 else:
                     raise RuntimeError(f"could not generate a winnable {task_type} game in {split} "
                                        f"after {MAX_ATTEMPTS} attempts")

@@ -64,14 +64,7 @@ class RemoteEnv(gym.Env[str, str]):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode={render_mode!r} is not supported; use one of "
                              f"{self.metadata['render_modes']} or None")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        parts = urlsplit(url if "://" in url else f"http://{url}")
-        if parts.scheme not in ("http", "https", "ws", "wss") or not parts.hostname \
-                or parts.path.rstrip("/") not in ("", WS_PATH):
-            raise ValueError(f"url {url!r}: give the server's base URL, http://HOST:PORT (what "
-                             f"`paw-gym serve-env` prints)")
-        secure = parts.scheme in ("https", "wss")
+        parts, secure = _parse_url(url, timeout)
         self.url = f"{'https' if secure else 'http'}://{parts.netloc}"
         self.render_mode = render_mode
         self.timeout = timeout
@@ -93,6 +86,21 @@ class RemoteEnv(gym.Env[str, str]):
         except RemoteEnvError:
             self.close()
             raise
+
+    @classmethod
+    def check_settings(cls, url: str, render_mode: str | None = None,
+                       timeout: float = 60.0) -> None:
+        """``ValueError`` (one line) for a malformed ``url`` or one where no paw-gym env server
+        answers ``GET /schema`` (within ``timeout``, at most 10 s); opens no session. The
+        commands call it before any work (``training.preflight.check_env``)."""
+        parts, secure = _parse_url(url, timeout)
+        probe = cls.__new__(cls)
+        probe.url = f"{'https' if secure else 'http'}://{parts.netloc}"
+        probe.timeout = min(float(timeout), 10.0)
+        try:
+            probe._read_spaces(parts, secure)
+        except RemoteEnvError as error:
+            raise ValueError(f"PaW/Remote-v0 url={url!r}: {error}") from None
 
     # -- Gymnasium API ----------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -187,3 +195,23 @@ class RemoteEnv(gym.Env[str, str]):
             raise RemoteEnvError(f"{self.url} is not a paw-gym text env server (GET /schema "
                                  f"answered HTTP {status} without text observation and action "
                                  f"schemas); serve the env with `paw-gym serve-env`") from exc
+
+
+def _parse_url(url: Any, timeout: Any) -> tuple[Any, bool]:
+    """``(urlsplit of the server's base URL, whether it is https/wss)``; ValueError for a bad
+    ``url`` or ``timeout``."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if not isinstance(url, str):
+        raise ValueError(f"url {url!r}: give the server's base URL, http://HOST:PORT (what "
+                         f"`paw-gym serve-env` prints)")
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    try:
+        parts.port  # noqa: B018  (a port that is not a number raises here)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https", "ws", "wss") or \
+            not parts.hostname or parts.path.rstrip("/") not in ("", WS_PATH):
+        raise ValueError(f"url {url!r}: give the server's base URL, http://HOST:PORT (what "
+                         f"`paw-gym serve-env` prints)")
+    return parts, parts.scheme in ("https", "wss")

@@ -30,7 +30,7 @@ import numpy as np
 from gymnasium.envs.toy_text.blackjack import BlackjackEnv
 
 from paw_gym.toytext.adapter import TextAdapter
-from paw_gym.toytext.gridworlds import (SPLITS, WIN_REWARD, check_split, in_split,
+from paw_gym.toytext.gridworlds import (SPLITS, Split, WIN_REWARD, check_split, in_split,
                                         is_test_layout)
 
 #: Card value -> probability of drawing it (Gymnasium's infinite deck: J, Q, K count 10).
@@ -119,7 +119,7 @@ class BlackjackText(TextAdapter):
 
     held_out_split = "test"
 
-    def __init__(self, split: str = "train", render_mode: str | None = None):
+    def __init__(self, split: Split = "train", render_mode: str | None = None):
         check_split(split)
         self.split = split
         self._stuck = False

@@ -28,7 +28,7 @@ dynamics unchanged) with
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from gymnasium.envs.toy_text.cliffwalking import CliffWalkingEnv
@@ -40,6 +40,8 @@ from paw_gym.toytext.planning import greedy_policy, plan_length
 
 WIN_REWARD = 10.0
 SPLITS = ("train", "test", "all")
+#: A toy-text env's ``split`` argument (declared, so commands check it before building one).
+Split = Literal["train", "test", "all"]
 #: Held-out share of layouts: a layout is in ``test`` when its SHA-1 is ≡ 0 mod this.
 TEST_MODULUS = 5
 
@@ -84,7 +86,7 @@ class FrozenLakeText(TextAdapter):
 
     held_out_split = "test"
 
-    def __init__(self, split: str = "train", sizes: tuple[int, ...] = (4,),
+    def __init__(self, split: Split = "train", sizes: tuple[int, ...] = (4,),
                  is_slippery: bool = False, frozen_prob: float = 0.8,
                  render_mode: str | None = None):
         check_split(split)
@@ -160,7 +162,7 @@ class CliffWalkingText(TextAdapter):
 
     held_out_split = "test"
 
-    def __init__(self, split: str = "train",
+    def __init__(self, split: Split = "train",
                  shapes: tuple[tuple[int, int], ...] = ((3, 5), (4, 6)),
                  extra_cliffs: tuple[int, int] = (0, 2), render_mode: str | None = None):
         check_split(split)
@@ -252,7 +254,7 @@ class TaxiText(TextAdapter):
 
     held_out_split = "test"
 
-    def __init__(self, split: str = "train", render_mode: str | None = None):
+    def __init__(self, split: Split = "train", render_mode: str | None = None):
         check_split(split)
         self.split = split
         super().__init__(TaxiEnv(), render=taxi_text, task_type=self._kind,

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from paw_gym.core import TextEnv
-from paw_gym.toytext.gridworlds import check_split, in_split, is_test_layout
+from paw_gym.toytext.gridworlds import Split, check_split, in_split, is_test_layout
 
 ACTIONS = ("up", "down", "left", "right")
 WALL, FLOOR, TARGET, BOX, BOX_ON_TARGET, PLAYER, PLAYER_ON_TARGET = "#_OX√PS"
@@ -259,7 +259,7 @@ class SokobanEnv(TextEnv):
 
     held_out_split = "test"
 
-    def __init__(self, split: str = "train", size: int = 6, box_counts: tuple[int, ...] = (1, 2),
+    def __init__(self, split: Split = "train", size: int = 6, box_counts: tuple[int, ...] = (1, 2),
                  render_mode: str | None = None):
         super().__init__(render_mode=render_mode)
         check_split(split)

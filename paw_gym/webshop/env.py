@@ -22,7 +22,7 @@ import os
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -107,7 +107,8 @@ class WebShopEnv(TextEnv):
 
     held_out_split = "test"
 
-    def __init__(self, split: str = "train", data_dir: str | os.PathLike | None = None,
+    def __init__(self, split: Literal["train", "dev", "test", "all"] = "train",
+                 data_dir: str | os.PathLike | None = None,
                  num_products: int | None = 1000, catalog_seed: int = 0,
                  goal_source: str = "synthetic", goal_sampling: str = "weighted",
                  cache_dir: str | os.PathLike | bool | None = None,

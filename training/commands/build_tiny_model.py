@@ -66,6 +66,7 @@ def run(args) -> int:
     import importlib
 
     from training.commands.common import UserError, claim_output_folder
+    from paw_gym.outputs import MODEL_FILES
     from training.preflight import check_env
     from training.commands.flags import arguments_from
 
@@ -79,7 +80,8 @@ def run(args) -> int:
         check_env(env_id, arguments.env_kwargs)
     if arguments.pretrain_steps and not arguments.envs:
         raise UserError("--pretrain-steps needs at least one --env to take episodes from")
-    claim_output_folder(arguments.output_dir, "build-tiny-model", arguments.overwrite)
+    claim_output_folder(arguments.output_dir, "build-tiny-model", arguments.overwrite,
+                        writes=MODEL_FILES)
 
     from agents.corpus import env_texts, template_texts
     from agents.tiny_model import build_tiny_model, count_parameters

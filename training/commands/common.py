@@ -26,22 +26,24 @@ def check_file_name(name: str | None, flag: str) -> None:
 
 
 def claim_output_folder(folder: str | Path, command: str, overwrite: bool,
-                        flag: str = "--output_dir") -> None:
+                        flag: str = "--output_dir", writes=(), records=()):
     """A command's output folder, before any work: writable, and claimed through the output
-    guard (:func:`training.infra.outputs.claim_folder`); either mistake is one :class:`UserError`."""
-    from training.infra.outputs import OutputExists, claim_folder
+    guard (:func:`paw_gym.outputs.claim_folder`: ``writes`` and ``records`` as there); either
+    mistake is one :class:`UserError`. The claim ends with the command (``training.cli``)."""
+    from paw_gym.outputs import OutputExists, claim_folder
 
     check_writable(folder, flag)
     try:
-        claim_folder(folder, command, overwrite, flag=flag)
+        return claim_folder(folder, command, overwrite, flag=flag, writes=writes,
+                            records=records)
     except OutputExists as error:
         raise UserError(str(error)) from None
 
 
 def claim_output_files(paths: list[Path], overwrite: bool, flag: str, folder_flag: str) -> None:
     """A command's output files (all in one folder), before any work: none there already unless
-    ``overwrite`` (:func:`training.infra.outputs.claim_file`), and their folder writable."""
-    from training.infra.outputs import OutputExists, claim_file
+    ``overwrite`` (:func:`paw_gym.outputs.claim_file`), and their folder writable."""
+    from paw_gym.outputs import OutputExists, claim_file
 
     try:
         for path in paths:

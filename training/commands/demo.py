@@ -23,16 +23,20 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from training.commands.common import UserError, claim_output_folder
     from training.commands.flags import arguments_from
-    from training.demo import (GOOD_RESULT, DemoConfig, check_demo_config, run_demo,
-                               validation_line)
+    from training.demo import (DEMO_WRITES, GOOD_RESULT, DemoConfig, check_demo_config,
+                               run_demo, validation_line)
 
     config = arguments_from(args, DemoConfig)
     try:
         check_demo_config(config)
     except ValueError as error:
         raise UserError(str(error)) from error
-    claim_output_folder(config.output_dir, "demo", config.overwrite)
-    summary = run_demo(config)
+    claim_output_folder(config.output_dir, "demo", config.overwrite,
+                        writes=DEMO_WRITES, records=DEMO_WRITES)
+    try:
+        summary = run_demo(config)
+    except (ValueError, FileNotFoundError) as error:  # a damaged cache or model, in one line
+        raise UserError(str(error)) from error
     results = (Path(config.output_dir) / "results.md").read_text(encoding="utf-8")
     print(results.split("## training-pool")[0].rstrip())
     for label, suffix in (("held-out tasks", ""), ("training-pool tasks", "_train_tasks")):

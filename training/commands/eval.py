@@ -35,14 +35,14 @@ class EvalArguments(CheckedConfig):
     split: str = "held-out"
     """Env split: 'held-out' (the env's held-out split: WebShop test, ALFWorld
     eval_out_of_distribution, ...), a split name, or 'none' for an env without splits."""
-    limit: int | None = None
+    limit: int | None = bounded(None, 1, note="none: every task")
     """Play a deterministic stratified subset of this many tasks (default: every task of the
     split; an env that generates its tasks from the seed plays 100 seeds)."""
-    repeats: int = 1
+    repeats: int = bounded(1, 1, 10**6)
     """Episodes per task (same task, different samples)."""
-    seed: int = 0
+    seed: int = bounded(0, 0, 2**32, high_open=True)
     """Task i is reset with seed + i; also seeds the sampling."""
-    temperature: float | None = None
+    temperature: float | None = bounded(None, 0, note="0: greedy")
     """Sampling temperature (default: 0.4, search QA 0.0, as the paper validates)."""
     max_new_tokens: int | None = bounded(None, 1)
     """Token budget per action (default: the checkpoint's, else 512)."""
@@ -171,7 +171,7 @@ def build_agent(arguments: EvalArguments, env_id: str):
 
 def evaluate_command(arguments: EvalArguments) -> int:
     from training.commands.common import UserError, check_file_name, claim_output_files
-    from training.preflight import check_env, check_writable
+    from training.preflight import check_env, check_split, check_writable
     from training.infra.checkpoint import resolve_checkpoint
 
     check_file_name(arguments.name, "--name")
@@ -193,7 +193,7 @@ def evaluate_command(arguments: EvalArguments) -> int:
 
         split = None if arguments.split.lower() == "none" else arguments.split
         if split not in (None, HELD_OUT):  # a split the env does not take: one clear line
-            check_env(env_id, {**settings["env_kwargs"], "split": split})
+            check_split(env_id, settings["env_kwargs"], split, name="--split")
         plan = plan_evaluation(env_id, split=split, limit=arguments.limit,
                                repeats=arguments.repeats,
                                seed=arguments.seed, env_kwargs=settings["env_kwargs"])

@@ -98,13 +98,22 @@ def run(args) -> int:
 def trained_wm_settings(checkpoint: str | None) -> dict:
     """``wm_config.json`` of a train-wm output folder (its replay, split, method and
     wm_context), or {}."""
+    from training.commands.common import UserError
+    from dataclasses import fields
+
+    from paw_gym.data_files import DataFileError, read_wm_config
+    from training.world_model.config import WorldModelConfig
+
     path = Path(checkpoint or "") / "wm_config.json"
     if not checkpoint or not path.is_file():
         return {}
-    saved = json.loads(path.read_text(encoding="utf-8"))
-    return {"replay": saved.get("replay"), "split_key": saved.get("split_key"),
-            **{k: saved["config"].get(k) for k in ("seed", "val_fraction", "method",
-                                                    "wm_context")}}
+    try:
+        saved = read_wm_config(path, [f.name for f in fields(WorldModelConfig)])
+    except DataFileError as error:
+        raise UserError(f"--checkpoint {checkpoint!r}: {error}") from None
+    return {"replay": saved["replay"], "split_key": saved.get("split_key"),
+            **{k: saved["config"][k] for k in ("seed", "val_fraction", "method")},
+            "wm_context": saved["config"].get("wm_context")}
 
 
 def checkpoint_wm_context(checkpoint: str | None, trained: dict) -> str:
@@ -114,8 +123,14 @@ def checkpoint_wm_context(checkpoint: str | None, trained: dict) -> str:
     if trained.get("wm_context"):
         return trained["wm_context"]
     if checkpoint and state.is_file():
-        return json.loads(state.read_text(encoding="utf-8")).get("config", {}).get(
-            "wm_context", "next_turn")
+        from training.commands.common import UserError
+        from paw_gym.data_files import DataFileError, read_checkpoint_state
+
+        try:
+            config = read_checkpoint_state(state).get("config") or {}
+        except DataFileError as error:
+            raise UserError(f"--checkpoint {checkpoint!r}: {error}") from None
+        return config.get("wm_context", "next_turn")
     return "next_turn"
 
 

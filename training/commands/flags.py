@@ -50,15 +50,21 @@ def add_command(subparsers: argparse._SubParsersAction, name: str, *dataclass_ty
 def arguments_from(args: argparse.Namespace, cls: type[T]) -> T:
     """An instance of ``cls`` from the parsed ``args``. For the command's ``config`` class: its
     ``--config`` file with the flags that were given on top; a bad file or value is a
-    :class:`UserError`."""
+    :class:`UserError`. Then what the values say about this machine (a ``device`` it has, a
+    ``dtype`` that runs there, an installed ``rollout_backend``:
+    :func:`training.preflight.check_arguments`), for every command alike."""
     from training.config import load_config
+    from training.preflight import check_arguments
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
              if f.init and hasattr(args, f.name)}
     try:
         if cls is getattr(args, "_config_class", None):
-            return load_config(args.config, given, cls=cls)
-        return cls(**given)  # a CheckedConfig: types, choices, bounds, relations
+            arguments = load_config(args.config, given, cls=cls)
+        else:
+            arguments = cls(**given)  # a CheckedConfig: types, choices, bounds, relations
+        check_arguments(arguments)
+        return arguments
     except (ValueError, FileNotFoundError) as error:
         raise UserError(str(error)) from error
 

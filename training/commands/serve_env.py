@@ -51,16 +51,17 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    # Not training.commands.common.check_env: it imports the agents package, and with it torch
-    # (~170 MB of the server's memory, for nothing). An unknown id or argument fails in
-    # EnvServer, which makes one env to read its spaces, with Gymnasium's "did you mean" or the
-    # constructor's own message.
+    # training.preflight.check_env is torch-free (it reads the constructor's signature, not the
+    # agents package): the id, the env_kwargs' names and types, before the server starts. What
+    # only building the env finds fails in EnvServer, which makes one env to read its spaces.
     import gymnasium as gym
 
     from training.commands.common import UserError
     from training.commands.flags import arguments_from
+    from training.preflight import check_env
 
     arguments = arguments_from(args, ServeEnvArguments)
+    check_env(arguments.env, arguments.env_kwargs)
     try:
         from paw_gym.remote import BindError, EnvServer, ServerLimits
     except ImportError as error:

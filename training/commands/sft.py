@@ -36,6 +36,7 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     from training.commands.common import UserError, claim_output_folder
+    from paw_gym.outputs import MODEL_FILES
     from training.preflight import PreflightError, check_env, check_model, check_writable
     from training.commands.flags import arguments_from
     from training.warmstart.sft import SFTConfig, record_expert_episodes, run_sft
@@ -53,7 +54,8 @@ def run(args) -> int:
     except PreflightError as error:
         raise UserError(f"--model: {error}") from None
     # Before recording too: a refusal must not cost the demos' time first.
-    claim_output_folder(config.output_dir, "sft", config.overwrite)
+    claim_output_folder(config.output_dir, "sft", config.overwrite,
+                        writes=MODEL_FILES)
     if recording.record_env:
         check_writable(config.replay, "--replay")
         added, skipped = record_expert_episodes(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from training.infra.checked_config import CheckedConfig
+from training.infra.checked_config import CheckedConfig, bounded
 
 
 @dataclass
@@ -13,6 +13,9 @@ class TrainArguments(CheckedConfig):
 
     resume: str | None = field(default=None, metadata={"nargs": "?", "const": "latest"})
     """Continue from a checkpoint directory (--resume alone: the latest one in output_dir)."""
+    launch_timeout: float = bounded(120.0, 0, low_open=True, what="seconds")
+    """Under torchrun / accelerate launch: seconds to wait for every process of the launch to
+    join before giving up with one error line (a rank that never starts)."""
 
 
 def add_parser(subparsers) -> None:
@@ -33,9 +36,9 @@ def run(args) -> int:
     from training.preflight import PreflightError, preflight
 
     config = arguments_from(args, TrainConfig)
-    resume = arguments_from(args, TrainArguments).resume
-    resume = True if resume == "latest" else resume
-    from training.infra.distributed import launched_world_size
+    arguments = arguments_from(args, TrainArguments)
+    resume = True if arguments.resume == "latest" else arguments.resume
+    from training.infra.distributed import LaunchError, join_launch, launched_world_size
 
     try:  # everything a user can get wrong, before the model loads and any file is touched
         preflight(config, resume=bool(resume), world_size=launched_world_size())
@@ -43,6 +46,10 @@ def run(args) -> int:
         first = first_steps(args.config) if error.missing_file else None
         raise UserError(str(error) + (f"; {args.config} says to run first: {first}"
                                       if first else "")) from None
+    try:  # every process of a launch, before the model loads (bounded: a missing peer is one line)
+        join_launch(config.device, arguments.launch_timeout)
+    except LaunchError as error:
+        raise UserError(str(error)) from None
     from training.infra.checkpoint import CheckpointError, CheckpointMismatch, CheckpointWriteError
     from training.infra.distributed import shutdown
     from training.trainer import PaWTrainer

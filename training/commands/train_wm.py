@@ -47,6 +47,7 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     from training.commands.common import UserError, claim_output_folder
+    from training.world_model.train import WM_WRITES
     from training.preflight import check_env
     from training.commands.flags import arguments_from
     from training.world_model import WorldModelConfig, record_replay, train_world_model
@@ -64,7 +65,8 @@ def run(args) -> int:
     elif not Path(config.replay).exists():
         raise UserError(f"--replay {config.replay!r} does not exist; record one with "
                         "`paw-gym play --env ENV --replay DIR` or use --record_env")
-    claim_output_folder(config.output_dir, "train-wm", config.overwrite)
+    claim_output_folder(config.output_dir, "train-wm", config.overwrite,
+                        writes=WM_WRITES, records=WM_WRITES)
     if recording.record_env:
         replay = Path(config.output_dir) / "replay"
         record_replay(recording.record_env, recording.record_agent, recording.record_episodes,

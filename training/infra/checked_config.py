@@ -5,9 +5,11 @@ fields. Every config and command-arguments dataclass of the trainer builds on it
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import functools
 import math
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -69,6 +71,18 @@ def bounded(default: Any, low: float | None = None, high: float | None = None, *
 
 SCALAR_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 
+#: The range of a field that declares none, by the field's name: every ``seed`` (and
+#: ``..._seed``) of every config and command is a 32-bit unsigned seed, as NumPy takes it.
+SEED_BOUNDS = Bounds(0, 2**32, high_open=True)
+
+
+def default_bounds(name: str, kind: Any) -> Bounds | None:
+    """The :class:`Bounds` a field gets without declaring its own (:data:`SEED_BOUNDS` for an
+    integer ``seed`` / ``..._seed``), or None."""
+    if optional_base(kind)[1] is int and (name == "seed" or name.endswith("_seed")):
+        return SEED_BOUNDS
+    return None
+
 
 def check_config(config: Any) -> None:
     """The one validation of a config dataclass, before any model, data or env is touched:
@@ -76,8 +90,10 @@ def check_config(config: Any) -> None:
     range, then the relations between fields (the class's ``_check_relations``, if any). A
     bad value is one ``ValueError`` naming it and what is accepted."""
     checkfield_types(config)
-    check_bounds(config, {item.name: item.metadata["bounds"]
-                          for item in dataclasses.fields(config) if "bounds" in item.metadata})
+    kinds = field_types(type(config))
+    bounds = {item.name: item.metadata.get("bounds") or default_bounds(item.name, kinds[item.name])
+              for item in dataclasses.fields(config)}
+    check_bounds(config, {name: accepted for name, accepted in bounds.items() if accepted})
     relations = getattr(config, "_check_relations", None)
     if relations is not None:
         relations()
@@ -97,11 +113,13 @@ def check_bounds(config: Any, bounds: dict[str, Bounds]) -> None:
                                              optional))
 
 
-def checkfield_types(config: Any) -> None:
+def checkfield_types(config: Any, names: typing.Iterable[str] | None = None) -> None:
     """Every bool / int / float / str field (optionally None) holds that type and every
     ``Literal`` field one of its choices: ``paw: 3``, ``n_groups: 1.5`` or ``algo: dpo`` is an
-    error naming the field, not silently truthy, truncated or failing later."""
-    for name, kind in field_types(type(config)).items():
+    error naming the field, not silently truthy, truncated or failing later. ``names``: only
+    these fields (a class that adds fields to another library's config, e.g. TRL's)."""
+    kinds = field_types(type(config))
+    for name, kind in (kinds.items() if names is None else ((n, kinds[n]) for n in names)):
         optional, base = optional_base(kind)
         value = getattr(config, name)
         if value is None and optional:
@@ -137,3 +155,83 @@ def optional_base(kind: Any) -> tuple[bool, Any]:
     args = typing.get_args(kind)
     optional = typing.get_origin(kind) in (typing.Union, types.UnionType) and type(None) in args
     return optional, (next((a for a in args if a is not type(None)), kind) if optional else kind)
+
+
+def fits_type(value: Any, kind: Any) -> bool:
+    """Whether ``value`` (as YAML or a ``key=value`` flag gives it: None, a bool, a number, a
+    string, a list or a mapping) is a value of the annotation ``kind``: a constructor
+    argument's, checked before the constructor runs. An int is a float; a list is a tuple or
+    sequence (YAML has no tuples); a string is a path. What cannot be told from the annotation
+    (``Any``, a type variable, a callable) fits."""
+    if kind in (Any, object) or kind is None and value is None:
+        return True
+    if kind is type(None) or kind is None:
+        return value is None
+    origin = typing.get_origin(kind)
+    args = typing.get_args(kind)
+    if origin is typing.Annotated:
+        return fits_type(value, args[0])
+    if origin in (typing.Union, types.UnionType):
+        return any(fits_type(value, arg) for arg in args)
+    if origin is Literal:
+        return any(value == choice and type(value) is type(choice) for choice in args)
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is str:
+        return isinstance(value, str)
+    if origin in (list, tuple, set, frozenset, collections.abc.Sequence,
+                  collections.abc.Collection, collections.abc.Iterable):
+        if not isinstance(value, (list, tuple)):
+            return False
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            return len(value) == len(args) and all(map(fits_type, value, args))
+        return all(fits_type(item, args[0] if args else Any) for item in value)
+    if origin in (dict, collections.abc.Mapping):
+        key, item = args or (Any, Any)
+        return isinstance(value, dict) and all(fits_type(k, key) and fits_type(v, item)
+                                               for k, v in value.items())
+    if isinstance(kind, type):
+        if issubclass(kind, os.PathLike) or kind is os.PathLike:
+            return isinstance(value, (str, os.PathLike))
+        return isinstance(value, kind)
+    return True
+
+
+def describe_kind(kind: Any) -> str:
+    """What a value of the annotation ``kind`` looks like, for an error message: ``int |
+    None`` → "an integer or none", ``Literal['train', 'test']`` → "one of train | test"."""
+    origin = typing.get_origin(kind)
+    args = typing.get_args(kind)
+    if kind is type(None) or kind is None:
+        return "none"
+    if origin is typing.Annotated:
+        return describe_kind(args[0])
+    if origin in (typing.Union, types.UnionType):
+        parts = [describe_kind(arg) for arg in args if arg is not type(None)]
+        return " or ".join(dict.fromkeys(parts + (["none"] if type(None) in args else [])))
+    if origin is Literal:
+        return "one of " + " | ".join(map(str, args))
+    if kind in SCALAR_NAMES:
+        return SCALAR_NAMES[kind]
+    if origin in (list, tuple, set, frozenset, collections.abc.Sequence,
+                  collections.abc.Collection, collections.abc.Iterable):
+        item = args[0] if args and (origin is not tuple or args[-1] is Ellipsis or
+                                    len(set(args)) == 1) else None
+        return "a list" + (f" of {_plural(describe_kind(item))}" if item not in (None, Any)
+                           else "")
+    if origin in (dict, collections.abc.Mapping):
+        return "a mapping"
+    if isinstance(kind, type) and (issubclass(kind, os.PathLike) or kind is os.PathLike):
+        return "a path"
+    return f"a {getattr(kind, '__name__', kind)}"
+
+
+def _plural(text: str) -> str:
+    for article in ("an ", "a "):
+        if text.startswith(article):
+            return text[len(article):] + "s"
+    return text

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +21,10 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from paw_gym.data_files import DataFileError, read_checkpoint_state
+from paw_gym.outputs import (IncompleteOutput, IntegrityError, check_folder, verify_output,
+                             write_text_atomically)
 from training.infra.metrics_log import run_folder
-from training.infra.outputs import write_text_atomically
 
 STEP_PREFIX = "step-"
 
@@ -56,23 +57,26 @@ def checkpoints_newest_first(output_dir: str | Path) -> list[Path]:
                   reverse=True)
 
 
-def verify_checkpoint(path: str | Path) -> dict[str, Any]:
-    """The checkpoint's state, once its ``state.json`` parses and every safetensors file in it
-    has an intact header covering its data; a damaged file is a :class:`CheckpointError`
-    naming it."""
+def verify_checkpoint(path: str | Path, hashes: bool = True) -> dict[str, Any]:
+    """The checkpoint's state, once its weight files match the sizes and sha256 its run's
+    manifest recorded, its ``state.json`` matches its schema
+    (:data:`paw_gym.data_files.CHECKPOINT_STATE`) and every safetensors file in it has an intact
+    header covering its data; a damaged file is a :class:`CheckpointError` naming it.
+    ``hashes=False`` leaves the sha256 to the load that follows (``eval`` reads the model only,
+    and its load checks it)."""
     path = Path(path)
+    try:  # an interrupted save, a weight file other than the one recorded when it was written
+        verify_output(path, hashes=hashes)
+    except (IncompleteOutput, IntegrityError) as error:
+        raise CheckpointError(str(error)) from None
     state_file = path / "state.json"
     if not state_file.is_file():
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no state.json)")
     try:
-        state = json.loads(state_file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise CheckpointError(f"{state_file} is damaged (not valid JSON: {error})") from None
-    if not isinstance(state, dict) or not isinstance(state.get("step"), int):
-        raise CheckpointError(f"{state_file} is damaged (no integer 'step')")
-    missing = [key for key in ("scheduler", "rng") if not isinstance(state.get(key), dict)]
-    if missing:
-        raise CheckpointError(f"{state_file} is damaged (no {', '.join(map(repr, missing))})")
+        state = read_checkpoint_state(state_file)
+    except DataFileError as error:
+        raise CheckpointError(f"{state_file} is damaged (line {error.line}: {error.reason})") \
+            from None
     for optimizer in sorted(path.glob("*optimizer.json")):
         try:
             meta = json.loads(optimizer.read_text(encoding="utf-8"))
@@ -111,7 +115,7 @@ def check_safetensors(files) -> None:
 
 
 def write_json_atomically(path: Path, payload: Any) -> None:
-    """Write JSON through :func:`training.infra.outputs.write_text_atomically`."""
+    """Write JSON through :func:`paw_gym.outputs.write_text_atomically`."""
     write_text_atomically(path, json.dumps(payload))
 
 
@@ -141,34 +145,19 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, str | None]:
     return path, None
 
 
-#: What a training run writes into its output_dir (the earlier run ``overwrite`` removes).
-RUN_FILES = ("checkpoints", "metrics.jsonl", "config.yaml", "curves.png", "tensorboard",
-             "replay")
+#: What a training run writes in place into its output_dir (records of the output guard,
+#: :mod:`paw_gym.outputs`); each checkpoint's files are recorded as it is saved.
+TRAIN_WRITES = ("config.yaml", "config.before-step-*.yaml", "metrics.jsonl", "curves.png",
+                "tensorboard/events.out.tfevents.*", "replay/update-*", "checkpoints/",
+                "rollout-adapter*/*", "wandb/**")
 
 
 def check_output_dir(output_dir: str | Path, resume: bool, overwrite: bool) -> None:
-    """Refuse to start a new run where one already is, before any work: a new run's checkpoint
-    pruning would delete its own checkpoints in favour of the old run's higher steps, and a
-    later ``--resume`` would load the old run."""
-    out = Path(output_dir)
-    found = [name for name in RUN_FILES if (out / name).exists()]
-    if resume or overwrite or not found:
-        return
-    raise FileExistsError(
-        f"output_dir {str(out)!r} already holds a training run ({', '.join(found)}); pass "
-        "--resume to continue it, --overwrite true to delete it and start over, or "
-        "choose another --output_dir")
-
-
-def remove_run(output_dir: str | Path) -> None:
-    """Delete an earlier run's files (:data:`RUN_FILES`) from ``output_dir``, nothing else."""
-    out = Path(output_dir)
-    for name in RUN_FILES:
-        path = out / name
-        if path.is_dir():
-            shutil.rmtree(path)
-        elif path.exists():
-            path.unlink()
+    """Refuse, before any work, to start a new run where anything is (a new run's checkpoint
+    pruning would delete its own checkpoints in favour of an old run's higher steps, and a
+    later ``--resume`` would load the old run), a user's file where the run writes, and a
+    folder another command is writing (:func:`paw_gym.outputs.check_folder`)."""
+    check_folder(output_dir, "train", overwrite, writes=TRAIN_WRITES, resume=resume)
 
 
 def save_optimizer(optimizer: torch.optim.Optimizer, path: Path) -> None:
@@ -260,9 +249,9 @@ def load_trainable_weights(model, path: Path) -> None:
                                  f"missing={missing[:5]} unexpected={unexpected[:5]}")
 
 
-def prune(output_dir: str | Path, keep: int) -> None:
-    """Delete all but the ``keep`` most recent checkpoints."""
-    root = Path(output_dir) / "checkpoints"
-    done = sorted(p for p in root.glob(f"{STEP_PREFIX}*") if (p / "state.json").is_file())
-    for old in done[:-keep] if keep > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
+def prune(output, keep: int) -> None:
+    """Delete all but the ``keep`` most recent checkpoints of the claimed run folder
+    ``output`` (:class:`paw_gym.outputs.Output`): the files it recorded, nothing else."""
+    done = checkpoints_newest_first(output.folder)
+    for old in done[keep:] if keep > 0 else []:
+        output.remove(old.relative_to(output.folder).as_posix())

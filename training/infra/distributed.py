@@ -47,6 +47,68 @@ def launched_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+#: Seconds a launch's processes wait for each other to join (``paw-gym train --launch_timeout``;
+#: a peer that never starts otherwise leaves the others waiting for torch's 30 minutes).
+DEFAULT_LAUNCH_TIMEOUT = 120.0
+
+
+class LaunchError(ValueError):
+    """A launch whose processes did not all join, in one line."""
+
+
+def join_launch(device: str | None, timeout: float = DEFAULT_LAUNCH_TIMEOUT) -> None:
+    """Under a launch of several processes (``WORLD_SIZE`` > 1), join its process group, waiting
+    at most ``timeout`` seconds for every peer; a :class:`LaunchError` saying how many joined
+    when one never does. Collectives afterwards keep torch's own timeout. Nothing in a world of
+    one or when the group exists (accelerate then finds it made)."""
+    import datetime
+
+    world_size = launched_world_size()
+    if world_size <= 1 or not torch.distributed.is_available() or \
+            torch.distributed.is_initialized():
+        return
+    cpu = device == "cpu" or (device is None and not torch.cuda.is_available())
+    where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+    rank = os.environ.get("RANK", "?")
+    try:
+        with _quiet_native_stderr():  # c10d logs each failed connect attempt in C++
+            store, rank_, size = next(torch.distributed.rendezvous(
+                "env://", timeout=datetime.timedelta(seconds=timeout)))
+    except (RuntimeError, ValueError) as error:  # DistStoreError / DistNetworkError; bad env
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise LaunchError(
+            f"the launch of WORLD_SIZE={world_size} processes did not come together within "
+            f"{timeout:g} s (this is RANK={rank}, rendezvous at {where}: {detail}); start every "
+            f"rank (torchrun --nproc_per_node {world_size} ...), raise --launch_timeout, or "
+            f"unset WORLD_SIZE for one process") from None
+    store.set_timeout(datetime.timedelta(minutes=30))
+    if not cpu and "LOCAL_RANK" in os.environ:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    torch.distributed.init_process_group("gloo" if cpu else "nccl", store=store, rank=rank_,
+                                         world_size=size)
+
+
+@contextlib.contextmanager
+def _quiet_native_stderr():
+    """File descriptor 2 sent to /dev/null for the block (C++ logging bypasses Python's
+    ``sys.stderr``); restored after."""
+    import sys
+
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def whole(tensor: torch.Tensor) -> torch.Tensor:
     """``tensor`` gathered whole if FSDP shards it (a DTensor: collective, every rank calls
     it); any other tensor as it is."""
@@ -325,6 +387,7 @@ def setup(device: str | None, sharding: str = "ddp", mixed_precision: str = "no"
         raise ValueError(f"device={device!r} would put every process on one GPU; with "
                          f"{launched_world_size()} processes leave device unset or set it to "
                          f"'cuda' (each process takes its LOCAL_RANK's GPU) or 'cpu'")
+    join_launch(device)  # bounded: a peer that never starts is one error, not a hang
     if sharding == "fsdp":
         return ShardedProcess(cpu=cpu, compute_dtype=compute_dtype)
     return MultiProcess(cpu=cpu)

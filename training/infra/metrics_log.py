@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from training.infra.outputs import write_text_atomically
+from paw_gym.outputs import write_text_atomically
+from paw_gym.data_files import read_metrics_file
 
 #: Curves drawn by :func:`training.infra.plots.plot_curves` (the paper's training-dynamics figures), when logged and
 #: not constant. Validation metrics share their training metric's panel where it has one.
@@ -79,21 +80,11 @@ def run_folder(path: str | Path) -> Path:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The step records of a ``metrics.jsonl`` ([] when there is none); lines that are not a
-    record with an integer ``step`` (cut by a kill, or damaged) are skipped."""
+    """The step records of a ``metrics.jsonl`` ([] when there is none), through the one
+    metrics schema (:data:`paw_gym.data_files.METRICS_RECORD`: an integer ``step`` >= 0,
+    scalar values). Lines that are not such a record (cut by a kill, or damaged) are skipped
+    with one ``DataFileWarning`` giving their count and the first ``file:line``."""
     path = Path(path)
     if not path.is_file():
         return []
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if line:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by a kill: the step is re-run after resume
-            # A damaged row that still parses (a number, a list, no integer step) is no step.
-            if isinstance(record, dict) and isinstance(record.get("step"), int) and \
-                    not isinstance(record["step"], bool):
-                records.append(record)
-    return records
+    return read_metrics_file(path)

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -63,7 +62,7 @@ from agents.sampling import DEFAULT_STOP
 from agents.transcript import TRANSCRIPT_TEMPLATE, EpisodeSequence, TranscriptAgent
 from agents.types import Trajectory
 from training.config import TrainConfig
-from training.infra.checked_config import check_bounds
+from training.infra.checked_config import check_bounds, checkfield_types
 from training.preflight import check_env, check_model
 from training.rl.losses import WM_LOSS_KINDS, select_by_entropy, wm_token_loss
 from training.rl.objective import wm_weights
@@ -287,19 +286,28 @@ class PaWGRPOConfig(GRPOConfig):
         if self.bf16 is None and not self.fp16 and not torch.cuda.is_available():
             self.bf16 = False  # TRL's default (bf16) refuses a machine without a GPU
         super().__post_init__()
+        # PaW's own fields, as TrainConfig's: types (paw='no' is no bool), then choices and
+        # ranges (TRL checks its own fields).
+        checkfield_types(self, paw_fields())
         for name, choices in (("wm_loss", WM_LOSS_KINDS), ("entropy_score", ("full", "sampled")),
                               ("lambda_return", ("task", "total"))):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name}={getattr(self, name)!r} is invalid; expected "
                                  + " | ".join(choices))
-        if not math.isfinite(self.r_max):
-            raise ValueError(f"r_max={self.r_max!r} is invalid; expected a number (finite)")
         check_bounds(self, PAW_BOUNDS)  # not in field metadata: TRL's parser reads that
         if self.paw and self.temperature != 1.0:
             raise ValueError(f"temperature={self.temperature!r} with paw: TRL scores every "
                              f"completion token at the sampling temperature, and the WM term "
                              f"needs the model's own distribution over o_{{t+1}}; use "
                              f"temperature=1.0 (the paper's rollout temperature) or paw=False")
+
+
+@functools.lru_cache(maxsize=None)
+def paw_fields() -> tuple[str, ...]:
+    """The fields :class:`PaWGRPOConfig` adds to TRL's ``GRPOConfig``."""
+    trl_fields = {item.name for item in dataclasses.fields(GRPOConfig)}
+    return tuple(item.name for item in dataclasses.fields(PaWGRPOConfig)
+                 if item.name not in trl_fields)
 
 
 class PaWGRPOTrainer(GRPOTrainer):

@@ -50,6 +50,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import multiprocessing
+import os
 import queue
 import time
 import traceback
@@ -281,12 +282,21 @@ def rollouts_to_json(rollouts: list[Rollout]) -> str:
     return json.dumps([dataclasses.asdict(rollout) for rollout in rollouts])
 
 
-def rollouts_from_json(text: str) -> list[Rollout]:
+def read_rollouts_ahead(path: str | os.PathLike) -> list[Rollout]:
+    """A checkpoint's ``rollouts-ahead.json`` (``path``: the file), checked against
+    :data:`paw_gym.data_files.ROLLOUTS_AHEAD`: a ``DataFileError`` (a ``ValueError``)
+    ``file:line: reason`` names the bad field and what is accepted."""
+    from paw_gym.data_files import read_rollouts_ahead_file
+
+    return _rollouts(read_rollouts_ahead_file(path))
+
+
+def _rollouts(items: list[dict[str, Any]]) -> list[Rollout]:
     def trajectory(data: dict[str, Any]) -> Trajectory:
         steps = [Transition(**{**step, "output": PolicyOutput(**step["output"])})
                  for step in data.pop("transitions")]
         return Trajectory(**data, transitions=steps)
 
     return [Rollout(item["step"], item["version"],
-                    [trajectory(t) for t in item["trajectories"]], item["seconds"])
-            for item in json.loads(text)]
+                    [trajectory(dict(t)) for t in item["trajectories"]], item["seconds"])
+            for item in items]

@@ -259,10 +259,12 @@ def run_pretrain(config: PretrainConfig) -> tuple[Path, list[dict[str, Any]]]:
         if step % every == 0 or step == config.steps:
             history.append({"step": step, "loss": loss_sum / since})
             loss_sum, since = 0.0, 0
+    from paw_gym.outputs import staged
+
     out = Path(config.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(out), safe_serialization=True)
-    policy.tokenizer.save_pretrained(str(out))
+    with staged(out) as folder:
+        model.save_pretrained(str(folder), safe_serialization=True)
+        policy.tokenizer.save_pretrained(str(folder))
     return out, history
 
 

@@ -70,12 +70,14 @@ def load_examples(policy, replay_dir: str | Path, successful_only: bool, max_seq
     from training.rl.batch import Sample
     from wrappers import WMReplay
 
-    replay = WMReplay.load(replay_dir)
-    if successful_only:
-        replay = replay.filter(success=True)
+    loaded = WMReplay.load(replay_dir)  # malformed records skipped, with a warning
+    replay = loaded.filter(success=True) if successful_only else loaded
     if not len(replay):
+        skipped = (f" ({len(loaded.errors)} malformed records skipped, the first at "
+                   f"{loaded.errors[0].file}:{loaded.errors[0].line}: {loaded.errors[0].reason})"
+                   if loaded.errors else "")
         raise ValueError(f"no {'successful ' if successful_only else ''}transitions in replay "
-                         f"{str(replay_dir)!r}")
+                         f"{str(replay_dir)!r}{skipped}")
     eos = policy.eos_ids[0]
     samples = []
     for record in replay:
@@ -91,16 +93,24 @@ def load_examples(policy, replay_dir: str | Path, successful_only: bool, max_seq
 
 
 def run_sft(config: SFTConfig) -> tuple[Path, list[dict[str, Any]]]:
-    """Fine-tune and save to ``config.output_dir``; returns the path and per-epoch metrics."""
+    """Fine-tune and save to ``config.output_dir`` (claimed through the output guard, written
+    atomically); returns the path and per-epoch metrics."""
+    from paw_gym.outputs import MODEL_FILES, claim_folder
+
+    with claim_folder(config.output_dir, "sft", config.overwrite, writes=MODEL_FILES) as output:
+        history = _fine_tune(config, output)
+    return Path(config.output_dir), history
+
+
+def _fine_tune(config: SFTConfig, output) -> list[dict[str, Any]]:
+    """:func:`run_sft`'s training and save into its claimed ``output``."""
     import torch
 
     from agents.hf_policy import HFPolicy
     from paw_gym.progress import progress_bar
-    from training.infra.outputs import claim_folder
     from training.rl.batch import collate
     from training.rl.objective import gather_logprobs
 
-    claim_folder(config.output_dir, "sft", config.overwrite)
     random.seed(config.seed)
     torch.manual_seed(config.seed)
     policy = HFPolicy(config.model, device=config.device, dtype="auto", seed=config.seed)
@@ -141,11 +151,10 @@ def run_sft(config: SFTConfig) -> tuple[Path, list[dict[str, Any]]]:
                         "frac_p_over_half": confident / max(1, tokens)})
         bar.set_postfix(loss=f"{history[-1]['loss']:.3f}")
     bar.close()
-    out = Path(config.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(out), safe_serialization=True)
-    policy.tokenizer.save_pretrained(str(out))
-    return out, history
+    with output.staged(".") as folder:
+        model.save_pretrained(str(folder), safe_serialization=True)
+        policy.tokenizer.save_pretrained(str(folder))
+    return history
 
 
 def _budget_chunks(order: list[int], samples: list, budget: int) -> list[list[int]]:

@@ -61,12 +61,15 @@ def load_examples(replay_dir: str | Path) -> list[WMExample]:
     """Every record of the replay with an action and a next observation, in replay order."""
     from wrappers import WMReplay
 
-    examples = [WMExample(str(r["h"]), str(r["a"]), str(r["o_next"]), str(r["task_type"]),
-                          str(r["episode_id"]))
-                for r in WMReplay.load(replay_dir) if r.get("a") and r.get("o_next")]
+    replay = WMReplay.load(replay_dir)  # bad records skipped with a warning naming them
+    examples = [WMExample(r["h"], r["a"], r["o_next"], r["task_type"], r["episode_id"])
+                for r in replay if r["a"] and r["o_next"]]
     if not examples:
+        skipped = f" ({len(replay.errors)} malformed record(s) skipped, the first at " \
+            f"{replay.errors[0].file}:{replay.errors[0].line}: {replay.errors[0].reason})" \
+            if replay.errors else ""
         raise ValueError(f"replay {str(replay_dir)!r} has no transition with an action and a "
-                         "next observation")
+                         f"next observation{skipped}")
     return examples
 
 

@@ -95,19 +95,9 @@ def write_predictions(records: Sequence[dict[str, Any]], path: str | Path) -> Pa
 
 
 def read_predictions(path: str | Path) -> list[dict[str, Any]]:
-    """The records of a predictions file; ``ValueError`` names a line that is not one."""
-    records = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}:{number} is not JSON ({error})") from None
-        if not isinstance(record, dict) or not {"target", "task_type", "predictions"} <= set(record):
-            raise ValueError(f"{path}:{number} is not a predictions record (needs target, "
-                             "task_type and predictions)")
-        records.append(record)
-    if not records:
-        raise ValueError(f"predictions file {str(path)!r} is empty")
-    return records
+    """The records of a predictions file, through the one predictions schema
+    (:data:`paw_gym.data_files.PREDICTION_RECORD`); a ``DataFileError`` (a
+    ``ValueError``) names the first bad ``file:line``, or says the file is empty."""
+    from paw_gym.data_files import read_predictions_file
+
+    return read_predictions_file(path)

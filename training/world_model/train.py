@@ -43,12 +43,27 @@ def record_replay(env_id: str, agent_name: str, episodes: int, out_dir: str | Pa
     return Path(out_dir)
 
 
+#: What ``train-wm`` writes into its output_dir (the output guard's records,
+#: :mod:`paw_gym.outputs`): all in place but model/ (staged).
+WM_WRITES = ("wm_config.json", "metrics.jsonl", "curves.png", "model/", "replay/*")
+
+
 def train_world_model(config: WorldModelConfig) -> tuple[Path, list[dict[str, Any]]]:
     """Train ``config.method`` on the training part of ``config.replay``; save the model (or
     adapter) and tokenizer to ``<output_dir>/model``, the config to ``wm_config.json``, the
-    metrics to ``metrics.jsonl`` and ``curves.png``. Returns the model folder and the metrics."""
+    metrics to ``metrics.jsonl`` and ``curves.png``, in the folder claimed through the output
+    guard (``paw_gym.outputs``). Returns the model folder and the metrics."""
+    from paw_gym.outputs import claim_folder
+
+    with claim_folder(config.output_dir, "train-wm", config.overwrite, writes=WM_WRITES,
+                      records=WM_WRITES):
+        return _train_world_model(config)
+
+
+def _train_world_model(config: WorldModelConfig) -> tuple[Path, list[dict[str, Any]]]:
     import torch
 
+    from paw_gym.outputs import staged, write_text_atomically
     from paw_gym.progress import progress_bar
     from training.infra.metrics_log import MetricsLogger
     from training.infra.plots import plot_curves
@@ -74,10 +89,8 @@ def train_world_model(config: WorldModelConfig) -> tuple[Path, list[dict[str, An
     optimizer = make_optimizer(policy.model, config.lr)
     reference = Reference(policy.model, config.lora) \
         if config.method == "rwml" and config.kl_coef > 0 else None
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "wm_config.json").write_text(json.dumps({"config": asdict(config), "replay": replay,
-                                                    "split_key": SPLIT_KEY, **setup}, indent=2),
-                                        encoding="utf-8")
+    write_text_atomically(out / "wm_config.json", json.dumps(
+        {"config": asdict(config), "replay": replay, "split_key": SPLIT_KEY, **setup}, indent=2))
     logger = MetricsLogger(out, config={**asdict(config), **setup})
     order_rng = random.Random(config.seed)
     order: list[int] = []
@@ -98,8 +111,9 @@ def train_world_model(config: WorldModelConfig) -> tuple[Path, list[dict[str, An
             print(f"step {step}: " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()))
     logger.close()
     model_dir = out / "model"
-    policy.model.save_pretrained(str(model_dir), safe_serialization=True)
-    policy.tokenizer.save_pretrained(str(model_dir))
+    with staged(model_dir) as folder:
+        policy.model.save_pretrained(str(folder), safe_serialization=True)
+        policy.tokenizer.save_pretrained(str(folder))
     plot_curves(out / "metrics.jsonl", out / "curves.png",
                 keys=("reward", "nonuniform_groups", "wm_loss", "wm_clipped_frac",
                       "policy_loss", "kl", "clip_frac", "tag_frac", "answer_tokens"),
