@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import gymnasium as gym
 
-from paw_gym.registration import check_env_id, check_env_settings, env_creator  # noqa: F401
+from paw_gym.registration import check_env_id
 from wrappers.templates import ALFWORLD_FIRST_STEP, ALFWORLD_TEMPLATE
 
 #: A custom env's default prompt: the paper's ALFWorld wording without naming an env.

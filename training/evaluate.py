@@ -228,7 +228,7 @@ def default_temperature(env_id: str) -> float:
 def held_out_split(env_id: str) -> str | None:
     """The ``split`` that holds ``env_id``'s held-out tasks (``TextEnv.held_out_split``), read
     from the registered class without building the env; None for an env without splits."""
-    from agents.envs import env_creator
+    from paw_gym.registration import env_creator
 
     return getattr(env_creator(env_id), "held_out_split", None)
 
