@@ -366,7 +366,7 @@ class PaWTrainer:
         listing = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
         warnings.warn(f"--resume with settings that differ from the checkpoint's ({listing}); "
                       f"the run continues with the new ones, and the previous config.yaml is "
-                      f"kept as {kept.name}", RuntimeWarning, stacklevel=3)
+                      f"kept as {kept.name}", RuntimeWarning, stacklevel=4)
 
     def _interrupt_report(self, out: Path) -> str:
         """What an interrupted run has on disk and how to continue it."""
@@ -899,7 +899,7 @@ class PaWTrainer:
                     raise ckpt.CheckpointError(f"--resume: no intact checkpoint under {out}; the "
                                                f"oldest: {error}") from None
                 warnings.warn(f"{error}; resuming from {candidates[index + 1].name} instead",
-                              RuntimeWarning, stacklevel=3)
+                              RuntimeWarning, stacklevel=4)
 
     def load_checkpoint(self, path: str | Path) -> None:
         """Restore everything from ``path`` (checked first: a damaged file is a
