@@ -89,7 +89,6 @@ class Output:
 
     def __init__(self, folder: Path, command: str, lock_handle):
         self.folder = folder
-        self.command = command
         self._lock = lock_handle
         self.manifest = {"command": command, "argv": _command_line(), "pid": os.getpid(),
                          "complete": False, "written": [], "sha256": {}}
@@ -141,7 +140,7 @@ class Output:
         staging.mkdir(parents=True)
         try:
             yield staging
-            files = sorted(p for p in staging.rglob("*") if p.is_file() and not p.is_symlink())
+            files = _files(staging)
             names = [(relative + "/" if relative else "") + p.relative_to(staging).as_posix()
                      for p in files]
             self._clear_the_way(relative, names)
@@ -153,9 +152,7 @@ class Output:
             if relative:
                 os.replace(staging, self.folder / relative)
             else:  # into the claimed folder itself, file by file
-                for path, name in zip(files, names):
-                    (self.folder / name).parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(path, self.folder / name)
+                _move_files(files, staging, self.folder)
                 shutil.rmtree(staging)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
@@ -224,7 +221,7 @@ def claim_folder(folder: str | Path, command: str, overwrite: bool, flag: str = 
         raise OutputExists(f"{flag} {str(folder)!r} is a file; give a folder")
     active = _ACTIVE.get(folder.resolve())
     if active is not None:
-        active.command = active.manifest["command"] = command
+        active.manifest["command"] = command
         active.record(*records)
         return active
     earlier = check_folder(folder, command, overwrite, flag, writes, resume)
@@ -262,8 +259,7 @@ def check_folder(folder: str | Path, command: str, overwrite: bool, flag: str = 
         return {}
     holder = lock_holder(folder)
     if holder:
-        raise OutputLocked(f"{flag} {str(folder)!r} is being written by {holder}; wait for it "
-                           f"to finish, or choose another {flag}")
+        raise _locked(folder, flag, holder)
     earlier = read_manifest(folder)
     entries = sorted(p.name for p in folder.iterdir() if p.name not in (MARKER, LOCK))
     if entries and not overwrite and not resume:
@@ -315,6 +311,11 @@ def lock_holder(folder: Path) -> str | None:
         return None
 
 
+def _locked(folder: Path, flag: str, holder: str) -> OutputLocked:
+    return OutputLocked(f"{flag} {str(folder)!r} is being written by {holder}; wait for it to "
+                        f"finish, or choose another {flag}")
+
+
 def _lock(folder: Path, flag: str):
     import fcntl
 
@@ -325,8 +326,7 @@ def _lock(folder: Path, flag: str):
         handle.seek(0)
         holder = handle.read().strip() or "another process"
         handle.close()
-        raise OutputLocked(f"{flag} {str(folder)!r} is being written by {holder}; wait for it "
-                           f"to finish, or choose another {flag}") from None
+        raise _locked(folder, flag, holder) from None
     handle.seek(0)
     handle.truncate()
     handle.write(f"pid {os.getpid()} (`{' '.join(_command_line())}`)")
@@ -358,11 +358,7 @@ def staged(path: str | Path) -> Iterator[Path]:
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
     try:
         yield staging
-        for file in sorted(staging.rglob("*")):
-            if file.is_file():
-                destination = path / file.relative_to(staging)
-                destination.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(file, destination)
+        _move_files(_files(staging), staging, path)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -479,61 +475,69 @@ def _in_the_way(entry: str, writes: Sequence[str]) -> bool:
     return False
 
 
+def _entries(directory: Path, written: Sequence[str],
+             parts: tuple[str, ...] = ()) -> Iterator[tuple[str, Path, bool]]:
+    """Every entry under ``directory`` as ``(name relative to the claimed folder, path, whether
+    paw-gym's)``, a folder after its contents. A folder that is not paw-gym's is one entry
+    (``name/``), not entered; a symlink is never paw-gym's and never followed. A recorded
+    folder with a manifest of its own (a command's output nested in another's) goes by its own
+    records; its manifest and lock count as paw-gym's when nothing in it is someone else's."""
+    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+        here = parts + (entry.name,)
+        name, path = "/".join(here), Path(entry.path)
+        if not parts and entry.name in (MARKER, LOCK):
+            continue
+        if not entry.is_dir(follow_symlinks=False):
+            yield name, path, not entry.is_symlink() and _is_recorded(here, written, folder=False)
+        elif not _is_recorded(here, written, folder=True):
+            yield name + "/", path, False
+        else:
+            if (path / MARKER).is_file():
+                inner = [(f"{name}/{relative}", item, ours) for relative, item, ours
+                         in _entries(path, read_manifest(path).get("written", []))]
+                yield from inner
+                if all(ours for *_, ours in inner):
+                    yield from ((f"{name}/{own}", path / own, True) for own in (MARKER, LOCK)
+                                if (path / own).is_file())
+            else:
+                yield from _entries(path, written, here)
+            yield name + "/", path, True
+
+
 def _walk_foreign(folder: Path, written: Sequence[str]) -> Iterator[str]:
-    """The entries of ``folder`` that are not paw-gym's (shallowest first; a foreign folder is
-    named, not entered; symlinks are never followed)."""
-    def walk(directory: Path, parts: tuple[str, ...]) -> Iterator[str]:
-        for entry in sorted(os.scandir(directory), key=lambda e: e.name):
-            here = parts + (entry.name,)
-            if not parts and entry.name in (MARKER, LOCK):
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                if not _is_recorded(here, written, folder=True):
-                    yield "/".join(here) + "/"
-                elif (Path(entry.path) / MARKER).is_file():  # another command's output
-                    yield from ("/".join(here) + "/" + name for name in _walk_foreign(
-                        Path(entry.path), read_manifest(entry.path).get("written", [])))
-                else:
-                    yield from walk(Path(entry.path), here)
-            elif entry.is_symlink() or not _is_recorded(here, written, folder=False):
-                yield "/".join(here)
-    yield from walk(folder, ())
+    """The entries of ``folder`` that are not paw-gym's (:func:`_entries`)."""
+    return (name for name, _, ours in _entries(folder, written) if not ours)
 
 
 def _remove_recorded(directory: Path, parts: tuple[str, ...], written: Sequence[str],
                      kept: list[str]) -> int:
     """Remove the recorded files under ``directory`` (then its recorded folders left empty),
-    append what is not paw-gym's to ``kept``, return the number of files removed. A recorded
-    folder with a manifest of its own (a command's output nested in another's) is emptied by
-    its own records."""
+    append what is not paw-gym's to ``kept``, return the number of files removed
+    (:func:`_entries` decides which are paw-gym's)."""
     removed = 0
-    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
-        here = parts + (entry.name,)
-        path = Path(entry.path)
-        if entry.name in (MARKER, LOCK) and (not parts or (directory / MARKER).is_file()):
-            continue
-        if entry.is_dir(follow_symlinks=False):
-            if not _is_recorded(here, written, folder=True):
-                kept.append("/".join(here) + "/")
-                continue
-            nested = read_manifest(path) if (path / MARKER).is_file() else None
-            if nested is not None:
-                inner: list[str] = []
-                removed += _remove_recorded(path, (), nested.get("written", []), inner)
-                kept += ["/".join(here) + "/" + name for name in inner]
-                if not inner:
-                    for name in (MARKER, LOCK):
-                        (path / name).unlink(missing_ok=True)
-            else:
-                removed += _remove_recorded(path, here, written, kept)
+    for name, path, ours in _entries(directory, written, parts):
+        if not ours:
+            kept.append(name)
+        elif name.endswith("/"):
             with contextlib.suppress(OSError):  # kept when something of the user's is inside
                 path.rmdir()
-        elif not entry.is_symlink() and _is_recorded(here, written, folder=False):
-            path.unlink()
-            removed += 1
         else:
-            kept.append("/".join(here))
+            path.unlink()
+            removed += path.name not in (MARKER, LOCK)  # a nested output's own, not a file
     return removed
+
+
+def _files(folder: Path) -> list[Path]:
+    """The files under ``folder`` (no symlinks), sorted."""
+    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def _move_files(files: Sequence[Path], staging: Path, target: Path) -> None:
+    """Move each of ``files`` (under ``staging``) to the same place under ``target``."""
+    for file in files:
+        destination = target / file.relative_to(staging)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(file, destination)
 
 
 def _command_line() -> list[str]:

@@ -83,31 +83,32 @@ def check_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> None:
 def check_split(env_id: str, env_kwargs: dict[str, Any] | None, split: str | None,
                 name: str = "val_split") -> None:
     """``split`` (``held-out``: the env's held-out split; None: no split) is a split of
-    ``env_id``: one its constructor's ``split`` argument declares (:func:`check_env` checks the
-    rest of ``env_kwargs``). Builds nothing."""
+    ``env_id``: one its constructor's ``split`` argument declares; then :func:`check_env` of
+    ``env_kwargs`` with that split in place of theirs. Builds nothing."""
     import inspect
 
-    from paw_gym.registration import env_creator, env_parameters
+    from paw_gym.registration import check_env_id, env_creator, env_parameters
     from training.infra.checked_config import describe_kind, fits_type
 
+    try:
+        check_env_id(env_id)
+    except ValueError as error:
+        raise PreflightError(str(error)) from None
     kwargs = {k: v for k, v in (env_kwargs or {}).items() if k != "split"}
-    check_env(env_id, kwargs)
-    if split is None:
-        return
     if split == "held-out":  # an env without one plays its tasks unsplit
         split = getattr(env_creator(env_id), "held_out_split", None)
-        if split is None:
-            return
-    parameters = env_parameters(env_id)
-    if parameters is not None and "split" not in parameters:
-        raise PreflightError(f"{name}={split!r}: {env_id} has no splits (it takes no split "
-                             f"argument); give none")
-    kind = parameters["split"].annotation if parameters else inspect.Parameter.empty
-    if kind is not inspect.Parameter.empty and not isinstance(kind, str) and \
-            not fits_type(split, kind):
-        raise PreflightError(f"{name}={split!r} is not a split of {env_id}; expected "
-                             f"{describe_kind(kind)}")
-    check_env(env_id, {**kwargs, "split": split})
+    if split is not None:
+        parameters = env_parameters(env_id)
+        if parameters is not None and "split" not in parameters:
+            raise PreflightError(f"{name}={split!r}: {env_id} has no splits (it takes no split "
+                                 f"argument); give none")
+        kind = parameters["split"].annotation if parameters else inspect.Parameter.empty
+        if kind is not inspect.Parameter.empty and not isinstance(kind, str) and \
+                not fits_type(split, kind):
+            raise PreflightError(f"{name}={split!r} is not a split of {env_id}; expected "
+                                 f"{describe_kind(kind)}")
+        kwargs["split"] = split
+    check_env(env_id, kwargs)
 
 
 #: Accepted spellings of a device (the machine is asked by :func:`check_device`).

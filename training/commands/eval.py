@@ -40,7 +40,7 @@ class EvalArguments(CheckedConfig):
     split; an env that generates its tasks from the seed plays 100 seeds)."""
     repeats: int = bounded(1, 1, 10**6)
     """Episodes per task (same task, different samples)."""
-    seed: int = bounded(0, 0, 2**32, high_open=True)
+    seed: int = 0
     """Task i is reset with seed + i; also seeds the sampling."""
     temperature: float | None = bounded(None, 0, note="0: greedy")
     """Sampling temperature (default: 0.4, search QA 0.0, as the paper validates)."""
