@@ -71,7 +71,7 @@ def test_no_rollout_trained_on_is_older_than_max_staleness(tiny_model_dir, tmp_p
     by those after one update (as metrics.jsonl logs them); the correction sees the gap."""
     out = tmp_path / "run"
     PaWTrainer(TrainConfig(**_fields(tiny_model_dir, total_steps=4, async_rollouts=True,
-                                     max_staleness=2, rollout_correction="token_truncate"),
+                                     max_staleness=2, rollout_correction="sampler_clip"),
                            output_dir=str(out))).train()
     rows = read_metrics(out / "metrics.jsonl")
     assert [row["policy_version"] for row in rows] == [0, 0, 0, 1]
@@ -136,7 +136,7 @@ def test_a_killed_async_run_resumes_as_if_it_had_never_stopped(tiny_model_dir, t
     checkpoint 2). The worker notices and exits; --resume trains on the stored rollout and
     ends with the uninterrupted run's metrics, weights and replay."""
     fields = _fields(tiny_model_dir, total_steps=4, save_every=1, async_rollouts=True,
-                     max_staleness=1, rollout_correction="token_truncate")
+                     max_staleness=1, rollout_correction="sampler_clip")
     script = tmp_path / "run.py"
     script.write_text(KILLED_RUN.format(repo=str(REPO), tests=str(REPO / "tests"), fields=fields))
     PaWTrainer(TrainConfig(**fields, output_dir=str(tmp_path / "full"))).train()

@@ -35,7 +35,8 @@ def usage_error(capsys, *argv: str) -> str:
 
 def _changed(name: str, kind, default):
     """A valid value of field ``name`` that differs from its default."""
-    special = {"device": "cuda:1", "rollout_backend": "vllm", "lora": True}
+    special = {"device": "cuda:1", "rollout_backend": "vllm", "lora": True,
+               "rollout_correction": "token_mask"}  # which rollout_correction_two_sided takes
     if name in special:
         return special[name]
     optional, base = optional_base(kind)
@@ -228,8 +229,8 @@ def test_help_shows_types_and_defaults(capsys):
                   "--algo {grpo,gigpo,rloo,ppo}", "--paw [true|false]", "--lr FLOAT",
                   "--history_length INT|none", "--env_kwargs KEY=VALUE[,...]",
                   "--lora_target_modules STR [STR ...]", "--config FILE.yaml",
-                  "--rollout_correction {none,token_truncate,token_mask,sequence_truncate,"
-                  "sequence_mask}", "--rollout_correction_cap FLOAT",
+                  "--rollout_correction {none,sampler_clip,token_truncate,token_mask,"
+                  "sequence_truncate,sequence_mask}", "--rollout_correction_cap FLOAT",
                   "--async_rollouts [true|false]", "--max_staleness INT"):
         assert shown in text, shown
     for command in ("play", "sft", "demo", "build-tiny-model", "gen-alfworld",

@@ -24,10 +24,22 @@ ROLLOUT = torch.tensor([[0.0, -2.0, -1.0], [-1.0, -0.5, -7.0]])
 MASK = torch.tensor([[True, True, True], [True, True, False]])
 # log r = [[0, 1, -1], [0.5, 0.5, -]]; per action, log R = [0, 1]; the cap is 2.
 REFERENCE = {
+    "sampler_clip": ([[1.0, 2.0, 1 / E], [E**0.5, E**0.5, 0.0]], 1 / 5),
     "token_truncate": ([[1.0, 2.0, 1 / E], [E**0.5, E**0.5, 0.0]], 1 / 5),
     "token_mask": ([[1.0, 0.0, 1 / E], [E**0.5, E**0.5, 0.0]], 1 / 5),
     "sequence_truncate": ([[1.0, 1.0, 1.0], [2.0, 2.0, 0.0]], 1 / 2),
     "sequence_mask": ([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]], 1 / 2),
+}
+
+
+#: Two-sided masking (verl's rejection sampling) also masks below 1 / C: on (TRAIN, ROLLOUT),
+#: and with the roles swapped (log r = [[0, −1, 1], [−0.5, −0.5, −]], log R = [0, −1], where
+#: the one-sided sequence mask would keep row 1 at e^−1).
+TWO_SIDED = {
+    ("token_mask", False): ([[1.0, 0.0, 0.0], [E**0.5, E**0.5, 0.0]], 2 / 5),
+    ("sequence_mask", False): ([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]], 1 / 2),
+    ("token_mask", True): ([[1.0, 0.0, 0.0], [E**-0.5, E**-0.5, 0.0]], 2 / 5),
+    ("sequence_mask", True): ([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]], 1 / 2),
 }
 
 
@@ -43,9 +55,20 @@ def test_weights_match_the_formulas_on_a_fixed_batch(mode):
     assert result.weight_mean == pytest.approx(sum(map(sum, weights)) / 5)
 
 
+@pytest.mark.parametrize("mode, swapped", sorted(TWO_SIDED))
+def test_two_sided_masks_match_the_formulas(mode, swapped):
+    train, rollout = (ROLLOUT, TRAIN) if swapped else (TRAIN, ROLLOUT)
+    result = correction_weights(train, rollout, MASK, mode, cap=2.0, two_sided=True)
+    weights, corrected = TWO_SIDED[mode, swapped]
+    assert torch.allclose(result.weights, torch.tensor(weights, dtype=torch.float64),
+                          rtol=1e-12, atol=0)
+    assert result.corrected_frac == pytest.approx(corrected)
+
+
 def test_modes_are_the_config_choices_and_other_values_are_refused():
     assert set(REFERENCE) | {"none"} == set(CORRECTIONS)
-    with pytest.raises(ValueError, match=r"mode='none': use one of \('token_truncate'"):
+    with pytest.raises(ValueError, match=r"mode='none': use one of \('sampler_clip', "
+                                         r"'token_truncate'"):
         correction_weights(TRAIN, ROLLOUT, MASK, "none", cap=2.0)
     with pytest.raises(ValueError, match=r"cap=0.5: a number >= 1"):
         correction_weights(TRAIN, ROLLOUT, MASK, "token_mask", cap=0.5)
@@ -53,6 +76,67 @@ def test_modes_are_the_config_choices_and_other_values_are_refused():
         TrainConfig(model="m", rollout_correction="token")
     with pytest.raises(ValueError, match=r"rollout_correction_cap"):
         TrainConfig(model="m", rollout_correction_cap=0.9)
+    with pytest.raises(ValueError, match=r"two_sided=True with mode='sampler_clip': only the "
+                                         r"mask modes mask"):
+        correction_weights(TRAIN, ROLLOUT, MASK, "sampler_clip", cap=2.0, two_sided=True)
+    with pytest.raises(ValueError, match=r"rollout_correction_two_sided=True is invalid; "
+                                         r"expected false unless rollout_correction is token_mask"):
+        TrainConfig(model="m", rollout_correction="token_truncate",
+                    rollout_correction_two_sided=True)
+
+
+@pytest.mark.parametrize("mode", sorted(set(REFERENCE) - {"sampler_clip"}))
+def test_a_correction_without_the_samplers_trust_region_is_refused_for_stale_rollouts(mode):
+    """With a stale sampler, a mode whose PPO ratio is against the update's starting weights
+    has no bound on the step (docs/training.md, "Asynchronous rollouts"): one line says so."""
+    with pytest.raises(ValueError, match=rf"^rollout_correction='{mode}' is invalid; expected "
+                                         r"none or sampler_clip with async_rollouts and "
+                                         r"max_staleness=2: .* removes the only trust region"):
+        TrainConfig(model="m", async_rollouts=True, max_staleness=2, rollout_correction=mode)
+    # without staleness (the worker samples with the update's weights) it is the sync case
+    TrainConfig(model="m", async_rollouts=True, max_staleness=0, rollout_correction=mode)
+    TrainConfig(model="m", async_rollouts=True, max_staleness=2,
+                rollout_correction="sampler_clip")
+
+
+def _literal_token(logp, old, mu, advantage, eps, high):
+    """One token of ``sampler_clip``'s PPO term, written out: its loss and d loss / d log π_θ."""
+    rho = math.exp(logp - old)
+    unclipped, clipped = -advantage * rho, -advantage * min(max(rho, 1 - eps), 1 + high)
+    to_sampler = math.exp(logp - mu)
+    frozen = (advantage > 0 and to_sampler > 1 + high) or (advantage < 0 and to_sampler < 1 - eps)
+    grad = 0.0 if frozen or clipped > unclipped else -advantage * rho
+    return max(unclipped, clipped), grad, frozen or clipped > unclipped
+
+
+#: (log π_θ − log π_old, log π_θ − log μ, A): every side of both clips (ε = 0.2, ε_high = 0.28).
+TOKENS = [(0.0, 0.1, 1.0),      # inside both
+          (0.0, 0.5, 1.0),      # π_θ / μ = 1.65 > 1.28 with A > 0: no gradient
+          (0.0, -0.5, -1.0),    # π_θ / μ = 0.61 < 0.8 with A < 0: no gradient
+          (0.0, 0.5, -1.0),     # above the sampler's range, but A < 0: kept
+          (0.3, 0.0, 1.0),      # the proximal clip binds (ρ = 1.35)
+          (0.1, -0.1, -1.0),    # inside both, A < 0
+          (-0.3, 0.0, -2.0),    # the proximal clip binds below (ρ = 0.74, A < 0)
+          (-0.3, -0.05, 0.5),   # ρ = 0.74 with A > 0: the unclipped branch, kept
+          (0.0, 0.9, 0.0)]      # no advantage, no gradient
+
+
+def test_the_samplers_clip_matches_the_literal_token_loss():
+    from training.rl.losses import ppo_clip_token_loss
+
+    logp = torch.tensor([[-1.0 - 0.1 * i for i in range(len(TOKENS))]], dtype=torch.float64,
+                        requires_grad=True)
+    old = logp.detach() - torch.tensor([[t[0] for t in TOKENS]], dtype=torch.float64)
+    mu = logp.detach() - torch.tensor([[t[1] for t in TOKENS]], dtype=torch.float64)
+    advantages = torch.tensor([[t[2] for t in TOKENS]], dtype=torch.float64)
+    loss, clipped = ppo_clip_token_loss(logp, old, advantages, 0.2, 0.28, sampler_logprobs=mu)
+    loss.sum().backward()
+    for k, token in enumerate(TOKENS):
+        value, grad, frozen = _literal_token(float(logp[0, k]), float(old[0, k]),
+                                             float(mu[0, k]), token[2], 0.2, 0.28)
+        assert float(loss[0, k]) == pytest.approx(value, rel=1e-12), k
+        assert float(logp.grad[0, k]) == pytest.approx(grad, rel=1e-12, abs=1e-15), k
+        assert bool(clipped[0, k]) == frozen, k
 
 
 @pytest.mark.parametrize("mode", sorted(REFERENCE))
@@ -94,11 +178,13 @@ def _action_logprobs(model, transition) -> list[float]:
     return scores[len(out.prompt_ids) - 1:].tolist()
 
 
-def test_a_stale_rollout_is_weighted_as_the_formula_says(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("mode", ["token_truncate", "sampler_clip"])
+def test_a_stale_rollout_is_weighted_as_the_formula_says(tiny_model_dir, tmp_path, mode):
     """A rollout sampled by the weights of two updates ago: the update scores it with its own
     weights (π_old), takes the PPO ratio against them, and weights each token by
-    min(π_old / μ, C); with the correction off it keeps μ and no weights."""
-    trainer = PaWTrainer(_config(tiny_model_dir, tmp_path, rollout_correction="token_truncate",
+    min(π_old / μ, C); ``sampler_clip`` also keeps μ for its clip. With the correction off the
+    update keeps μ and no weights."""
+    trainer = PaWTrainer(_config(tiny_model_dir, tmp_path, rollout_correction=mode,
                                  rollout_correction_cap=1.5))
     stale = copy.deepcopy(trainer.policy)
     trainer.train_step(), trainer.train_step()
@@ -113,6 +199,7 @@ def test_a_stale_rollout_is_weighted_as_the_formula_says(tiny_model_dir, tmp_pat
     gaps, capped = [], 0
     for sample, pi_old, mu in zip(samples, current, sampled):
         assert sample.old_logprobs == pytest.approx(pi_old, abs=1e-4)
+        assert sample.sampler_logprobs == (mu if mode == "sampler_clip" else None)
         expected = [min(math.exp(a - b), 1.5) for a, b in zip(pi_old, mu)]
         assert sample.is_weights == pytest.approx(expected, rel=1e-3, abs=1e-5)
         gaps += [abs(a - b) for a, b in zip(pi_old, mu)]

@@ -127,6 +127,25 @@ def test_empty_next_observations_are_out_of_the_wm_term_in_the_batch(tiny_model_
     assert batch.samples[0].obs_len > 0 and batch.samples[1].obs_len == 0
 
 
+@pytest.mark.parametrize("zero_signal", [True, False])
+@pytest.mark.parametrize("invalid", [True, False])
+def test_the_wm_term_leaves_out_zero_signal_groups_and_invalid_actions_when_told(
+        tiny_model_dir, zero_signal, invalid):
+    from training.config import TrainConfig
+    from training.rl.rollout_batch import build_batch
+
+    # Group 0's two episodes score the same (every advantage 0), group 1's do not; group 1's
+    # second episode played an invalid action.
+    trajectories = _trajectories([[0.0, 0.0], [10.0, 0.0]])
+    trajectories[3].transitions[0].invalid_action = True
+    batch = build_batch(trajectories, _serializer(tiny_model_dir),
+                        TrainConfig(alpha=1.0, wm_zero_signal_groups=zero_signal,
+                                    wm_invalid_actions=invalid))
+    assert batch.zero_advantage_groups == 0.5
+    assert batch.selected.tolist() == [zero_signal, zero_signal, True, invalid]
+    assert [s.obs_len > 0 for s in batch.samples] == batch.selected.tolist()
+
+
 def test_max_obs_tokens_caps_the_wm_target_and_none_keeps_it_whole(tiny_model_dir):
     from training.config import TrainConfig
     from training.rl.rollout_batch import build_batch

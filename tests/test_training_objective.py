@@ -4,6 +4,7 @@ The batched, micro-batched, one-forward-pass implementation is checked against t
 written literally, row by row, from a plain full-logits forward pass.
 """
 
+import copy
 import random
 
 import pytest
@@ -76,12 +77,15 @@ def _literal_objective(model, samples, selected, lam, st):
         tok, seq = [], []
         for i in members:
             act, _ = _naive_logprobs(model, samples[i])
+            sampler = samples[i].sampler_logprobs
             loss, _ = ppo_clip_token_loss(act, torch.tensor(samples[i].old_logprobs),
-                                          torch.tensor(samples[i].advantage), st.clip_eps)
-            if st.kl_coef:
-                loss = loss + st.kl_coef * kl_k3(act, torch.tensor(samples[i].ref_logprobs))
+                                          torch.tensor(samples[i].advantage), st.clip_eps,
+                                          sampler_logprobs=None if sampler is None
+                                          else torch.tensor(sampler))
             if samples[i].is_weights is not None:
                 loss = loss * torch.tensor(samples[i].is_weights)
+            if st.kl_coef:
+                loss = loss + st.kl_coef * kl_k3(act, torch.tensor(samples[i].ref_logprobs))
             if st.entropy_coef:
                 loss = loss - st.entropy_coef * _naive_action_entropy(model, samples[i])
             tok.append(loss)
@@ -263,17 +267,21 @@ def test_observation_tokens_do_not_change_action_logprobs(model):
     (ObjectiveSettings(paw=False), False),
     (ObjectiveSettings(entropy_coef=0.05), False),
     (ObjectiveSettings(entropy_coef=0.3, rl_agg="sequence", paw=False), False),
-    (ObjectiveSettings(kl_coef=0.1, entropy_coef=0.05), True),
+    (ObjectiveSettings(kl_coef=0.1, entropy_coef=0.05), "weights"),
+    (ObjectiveSettings(kl_coef=0.1), "sampler_clip"),
 ], ids=["cmae", "ce-seq", "mae-kl", "no-paw", "entropy-bonus", "entropy-bonus-seq",
-        "rollout-correction"])
+        "rollout-correction", "sampler-clip"])
 def test_micro_batched_objective_equals_literal_objective(model, settings, corrected):
     samples = _samples(model, ref=True)
     if corrected:
-        # Sample.is_weights (training.rl.correction) scale each action token's PPO-clip and KL
-        # terms, not its entropy bonus or the WM term; one action is masked out entirely.
+        # Sample.is_weights (training.rl.correction) scale each action token's PPO-clip term,
+        # not its KL, its entropy bonus or the WM term; one action is masked out entirely.
         gen = torch.Generator().manual_seed(3)
         for s in samples:
             s.is_weights = (2 * torch.rand(s.action_len, generator=gen)).tolist()
+            if corrected == "sampler_clip":  # μ: the clip also binds on π_θ / μ
+                s.sampler_logprobs = (torch.tensor(s.old_logprobs)
+                                      + 0.4 * torch.randn(s.action_len, generator=gen)).tolist()
         samples[0].is_weights = [0.0] * samples[0].action_len
     # Group 2 gets no selected transition: it must contribute no WM term.
     selected = torch.tensor([s.group != 2 and i % 2 == 0 for i, s in enumerate(samples)])
@@ -288,6 +296,39 @@ def test_micro_batched_objective_equals_literal_objective(model, settings, corre
     grads = _grads(model)
     for name, grad in expected_grads.items():
         assert torch.allclose(grads[name], grad, atol=1e-5, rtol=1e-3), name
+
+
+@pytest.mark.parametrize("cap, same", [(1e6, True), (1.0, False)])
+def test_sampler_clip_at_the_first_step_has_the_gradient_of_none(model, cap, same):
+    """At the first optimizer step π_θ = π_old, so with every weight r = π_old / μ ≤ C,
+    ``sampler_clip``'s gradient is exactly ``none``'s (training.rl.correction); with C = 1 the
+    weights above 1 are truncated and it is not."""
+    from training.rl.correction import correction_weights
+
+    plain = _samples(model)  # old_logprobs: μ, the current log-probs + noise
+    corrected = copy.deepcopy(plain)
+    truncated = 0.0
+    with torch.no_grad():
+        for s in corrected:
+            s.sampler_logprobs = s.old_logprobs
+            s.old_logprobs = _naive_logprobs(model, s)[0].tolist()  # π_old = π_θ
+            result = correction_weights(torch.tensor([s.old_logprobs]),
+                                        torch.tensor([s.sampler_logprobs]),
+                                        torch.ones(1, s.action_len, dtype=torch.bool),
+                                        "sampler_clip", cap)
+            s.is_weights = result.weights[0].tolist()
+            truncated += result.corrected_frac
+    assert (truncated > 0) != same
+    selected = torch.tensor([i % 2 == 0 for i in range(len(plain))])
+    lam = {0: 0.8, 1: 0.3, 2: 1.0}
+    grads = []
+    for samples in (plain, corrected):
+        model.zero_grad()
+        _batched_objective(model, samples, selected, lam, ObjectiveSettings(), budget=40)
+        grads.append(_grads(model))
+    close = [torch.allclose(grads[1][name], grad, atol=1e-6, rtol=1e-4)
+             for name, grad in grads[0].items()]
+    assert all(close) if same else not all(close)
 
 
 def test_objective_weights_are_group_means_and_lambda_zero_removes_wm(model):

@@ -31,8 +31,8 @@ Algo = Literal["grpo", "gigpo", "rloo", "ppo"]
 #: The dtypes the policy's weights can be loaded in.
 WeightDtype = Literal["auto", "float32", "bfloat16", "float16", "float64"]
 #: ``rollout_correction`` modes (``training.rl.correction`` states each formula).
-RolloutCorrection = Literal["none", "token_truncate", "token_mask", "sequence_truncate",
-                            "sequence_mask"]
+RolloutCorrection = Literal["none", "sampler_clip", "token_truncate", "token_mask",
+                            "sequence_truncate", "sequence_mask"]
 ALGOS: tuple[str, ...] = typing.get_args(Algo)
 
 
@@ -138,6 +138,13 @@ class TrainConfig(CheckedConfig):
     """CMAE confidence threshold."""
     adaptive_coef: bool = True
     """Reward-adaptive λ_g (False: λ_g ≡ 1)."""
+    wm_zero_signal_groups: bool = True
+    """The WM term also trains on the transitions of groups whose advantages are all 0 (every
+    episode scored the same: the RL term has no signal there). False leaves them out of the
+    entropy selection (measured: docs/training.md, "When a run collapses")."""
+    wm_invalid_actions: bool = True
+    """The WM term also trains on transitions whose action the env rejected (their next
+    observation is the env's error text). False leaves them out of the entropy selection."""
     lambda_return: Literal["task", "total"] = "task"
     """The return whose group mean R̄_g sets λ_g = max(0, 1 − R̄_g / r_max): ``task`` (the env's
     own reward, without invalid-action penalties: R̄_g ∈ [0, r_max], so λ_g ∈ [0, 1], as Eq. 10
@@ -186,20 +193,25 @@ class TrainConfig(CheckedConfig):
     rollout_correction: RolloutCorrection = "none"
     """Importance weights for the gap between the policy that sampled the rollout (its stored
     log-probs) and the weights the update starts from, which the trainer scores in one extra
-    no-grad pass; the PPO ratio is then taken against those weights. ``token_truncate``:
-    w = min(r, cap) per token; ``token_mask``: w = r, or 0 where r > cap; ``sequence_truncate`` /
+    no-grad pass; the PPO ratio is then taken against those weights. ``sampler_clip``:
+    w = min(r, cap) per token, and the PPO clip also on the ratio to the sampler (the trust
+    region ``none`` has, kept: the mode for stale rollouts); ``token_truncate``: w = min(r, cap)
+    per token; ``token_mask``: w = r, or 0 where r > cap; ``sequence_truncate`` /
     ``sequence_mask``: the same with r the product over the action's tokens; ``none``: no
     weights, the ratio against the stored log-probs (formulas: ``training.rl.correction``).
     Useful with vLLM rollouts or any sampler whose numerics or weights differ from the
-    trainer's; the PaW term takes no weight."""
+    trainer's; the PaW term and the KL term take no weight."""
     rollout_correction_cap: float = bounded(2.0, 1)
     """Cap C of ``rollout_correction`` (verl's token default 2; TRL's 3)."""
+    rollout_correction_two_sided: bool = False
+    """``token_mask`` / ``sequence_mask``: also mask a ratio below 1 / cap (verl's rejection
+    sampling)."""
     async_rollouts: bool = False
     """Sample the next rollouts in a worker process while the trainer updates: rollout s is
     sampled by the weights after update max(0, s − max_staleness), so sampling and training
     overlap (``training.rl.async_rollout``). One process (no torchrun), HF rollouts; the worker
-    holds a second copy of the model. Leave ``rollout_correction`` at none with it: on the main
-    job the correction at staleness 1 collapsed 8 of 10 seeds (docs/training.md)."""
+    holds a second copy of the model. With a stale sampler the corrections other than
+    ``sampler_clip`` are refused (docs/training.md, "Asynchronous rollouts")."""
     max_staleness: int = bounded(1, 0, 10**3)
     """With ``async_rollouts``: the most updates a rollout's sampling weights may be behind the
     weights it is trained on (0: the synchronous schedule, in the worker)."""
@@ -325,6 +337,16 @@ class TrainConfig(CheckedConfig):
         if self.async_rollouts and self.rollout_backend != "hf":
             raise bad("rollout_backend", "hf with async_rollouts (its worker samples with an HF "
                                          "policy; vLLM is not built for it)")
+        if (self.async_rollouts and self.max_staleness > 0
+                and self.rollout_correction not in ("none", "sampler_clip")):
+            raise bad("rollout_correction", "none or sampler_clip with async_rollouts and "
+                      f"max_staleness={self.max_staleness}: the others take the PPO ratio "
+                      "against the update's starting weights, which removes the only trust "
+                      "region against the stale sampler (the main job collapsed on 8 of 10 "
+                      "seeds)")
+        if self.rollout_correction_two_sided and not self.rollout_correction.endswith("mask"):
+            raise bad("rollout_correction_two_sided", "false unless rollout_correction is "
+                      "token_mask or sequence_mask (only they mask)")
         if self.clip_eps_high is not None and not self.clip_eps_high >= self.clip_eps:
             raise bad("clip_eps_high", f"a number >= clip_eps ({self.clip_eps}) or none")
         if self.val_wm_replay is not None and not Path(self.val_wm_replay).is_dir():

@@ -678,8 +678,10 @@ class PaWTrainer:
         result = correction_weights(
             pad([scored[i] for i in range(len(samples))]), pad([s.old_logprobs for s in samples]),
             pad([[1.0] * s.action_len for s in samples]).bool(), config.rollout_correction,
-            config.rollout_correction_cap)
+            config.rollout_correction_cap, config.rollout_correction_two_sided)
         for i, s in enumerate(samples):
+            if config.rollout_correction == "sampler_clip":  # its clip also bounds π_θ / μ
+                s.sampler_logprobs = s.old_logprobs
             s.old_logprobs = scored[i]
             s.is_weights = result.weights[i, :s.action_len].tolist()
         return {"rollout_logprob_gap": result.gap_mean, "rollout_logprob_gap_max": result.gap_max,
@@ -791,6 +793,7 @@ class PaWTrainer:
                 totals.get("obs_clipped_tokens", 0.0) if self.config.wm_loss == "cmae" else 0.0)
             ) / self.config.ppo_epochs,
             "advantage_abs_mean": float(np.mean([abs(s.advantage) for s in batch.samples])),
+            "zero_advantage_groups": batch.zero_advantage_groups,
             "transitions": len(batch.samples),
             "cut_prompts": batch.cut_prompts,
             "grad_norm": float(np.mean(norms)) if norms else float("nan"),

@@ -39,6 +39,9 @@ class Sample:
     is_weights: list[float] | None = None
     """Rollout-correction weight of each action token (``training.rl.correction``), when the
     correction is on; ``old_logprobs`` then hold the trained policy's log-probs."""
+    sampler_logprobs: list[float] | None = None
+    """The sampler's log-prob of each action token, kept when ``rollout_correction`` is
+    ``sampler_clip`` (whose clip also bounds the ratio to them)."""
     value_target: float = 0.0
     """PPO only: the critic's regression target (GAE return)."""
     old_value: float = 0.0
@@ -113,6 +116,9 @@ class MicroBatch:
     is_weights: torch.Tensor | None = None
     """``[B, L]`` rollout-correction weights at action positions (``Sample.is_weights``), or
     None when the correction is off."""
+    sampler_logprobs: torch.Tensor | None = None
+    """``[B, L]`` the sampler's log-probs at action positions (``Sample.sampler_logprobs``), or
+    None."""
 
 
 def collate(samples: list[Sample], rows: list[int], pad_id: int,
@@ -134,6 +140,8 @@ def collate(samples: list[Sample], rows: list[int], pad_id: int,
     ref = torch.zeros(shape, dtype=torch.float32) if has_ref else None
     has_weights = all(s.is_weights is not None for s in chosen)
     weights = torch.zeros(shape, dtype=torch.float32) if has_weights else None
+    has_sampler = all(s.sampler_logprobs is not None for s in chosen)
+    sampler = torch.zeros(shape, dtype=torch.float32) if has_sampler else None
     for r, (s, n) in enumerate(zip(chosen, lengths)):
         a0, a1 = s.prompt_len, s.prompt_len + s.action_len
         input_ids[r, :n] = torch.tensor(s.input_ids[:n], dtype=torch.long)
@@ -146,6 +154,8 @@ def collate(samples: list[Sample], rows: list[int], pad_id: int,
             ref[r, a0:a1] = torch.tensor(s.ref_logprobs, dtype=torch.float32)
         if weights is not None:
             weights[r, a0:a1] = torch.tensor(s.is_weights, dtype=torch.float32)
+        if sampler is not None:
+            sampler[r, a0:a1] = torch.tensor(s.sampler_logprobs, dtype=torch.float32)
     advantages = torch.tensor([s.advantage for s in chosen], dtype=torch.float32)
     leak_targets = torch.tensor([-1 if s.leak_target is None else s.leak_target
                                  for s in chosen], dtype=torch.long)
@@ -154,4 +164,4 @@ def collate(samples: list[Sample], rows: list[int], pad_id: int,
     to = lambda t: None if t is None else t.to(device)  # noqa: E731
     return MicroBatch(to(input_ids), to(attention), to(action), to(obs), to(old), to(ref),
                       to(advantages), list(rows), to(leak_targets), to(leak_positions),
-                      to(weights))
+                      to(weights), to(sampler))

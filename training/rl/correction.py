@@ -5,18 +5,25 @@ A rollout stores, for each action token, the log-prob under the policy that samp
 (``PolicyOutput.logprobs``: HF ``generate`` or vLLM). The update starts from the trained model's
 weights, π_old. The two differ when the sampler's numerics differ from the trainer's (vLLM's
 kernels, bf16 generation) or when the sampler's weights are older than the trainer's (a stale
-rollout). With ``rollout_correction`` on, the trainer scores every action token with π_old
-before the update's first optimizer step (one no-grad pass) and the PPO-clip objective becomes
+rollout, ``async_rollouts``). With ``rollout_correction`` on, the trainer scores every action
+token with π_old before the update's first optimizer step (one no-grad pass) and the PPO-clip
+objective becomes
 
-    L_RL = −Σ_t w_t · min(ρ_t A, clip(ρ_t, 1 − ε, 1 + ε_high) A),   ρ_t = π_θ(a_t) / π_old(a_t)
+    L_RL = Σ_t w_t · max(−ρ_t A, −clip(ρ_t, 1 − ε, 1 + ε_high) A) + β KL_t
+           ρ_t = π_θ(a_t) / π_old(a_t)
 
-(its KL term, when on, is weighted by w_t too), with the importance weight w_t built from
+(the KL term, when on, is not weighted, as in verl, TRL and AReaL), with the importance weight
+w_t built from
 
     r_t = π_old(a_t) / μ(a_t) = exp(log π_old − log μ)       (per token)
     R   = Π_t r_t = exp(Σ_t (log π_old − log μ))             (per action, all its tokens)
 
 and the cap C (``rollout_correction_cap``):
 
+    sampler_clip        w_t = min(r_t, C), and the token gets no gradient while π_θ / μ is
+                        past the clip in the advantage's direction (A > 0 and π_θ / μ > 1 + ε_high,
+                        or A < 0 and π_θ / μ < 1 − ε): the trust region against the sampler
+                        that ``none`` has, kept (``training.rl.losses.ppo_clip_token_loss``)
     token_truncate      w_t = min(r_t, C)                    truncated IS (Yao et al., "Your
                                                              efficient RL framework secretly
                                                              brings you off-policy RL
@@ -26,9 +33,19 @@ and the cap C (``rollout_correction_cap``):
     sequence_truncate   w_t = min(R, C) for every token
     sequence_mask       w_t = R if R ≤ C, else 0             TRL's default mode (C = 3)
 
-The weights carry no gradient. ``none`` keeps the earlier objective: ρ_t = π_θ / μ and w_t = 1,
-with no extra pass. The PaW term is a supervised loss on observation tokens, which no policy
-sampled, so it takes no weight.
+With ``rollout_correction_two_sided`` the mask modes also mask a ratio below 1 / C (verl's
+rejection sampling); a masked token keeps its place in the group's token count, as in TRL.
+
+Why ``sampler_clip`` for stale rollouts. With one optimizer step per update π_θ = π_old at
+that step, so ρ_t = 1 and its clip never binds: the four other modes turn the update into
+importance-weighted REINFORCE with no trust region at all. ``none`` takes the ratio against μ,
+and its clip is then the only bound on how far an update moves from the sampling weights. At the
+first step with r_t ≤ C, ``sampler_clip``'s gradient is exactly ``none``'s (−A r_t ∇log π_θ
+where the clip on π_θ / μ does not bind, 0 where it does); where r_t > C the weight is
+truncated, and later optimizer steps of the update add the clip on ρ_t (the proximal policy
+of AReaL's decoupled PPO). The weights carry no gradient. ``none`` keeps the earlier objective:
+ρ_t = π_θ / μ and w_t = 1, with no extra pass. The PaW term is a supervised loss on observation
+tokens, which no policy sampled, so it takes no weight.
 
 Reference: :func:`correction_weights` on padded ``[rows, tokens]`` tensors, a pure function.
 """
@@ -62,28 +79,35 @@ class Correction(NamedTuple):
 
 
 def correction_weights(train_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor,
-                       mask: torch.Tensor, mode: str, cap: float) -> Correction:
+                       mask: torch.Tensor, mode: str, cap: float,
+                       two_sided: bool = False) -> Correction:
     """The rollout correction's weights (module docstring) for padded ``[rows, tokens]``
     log-probs under π_old (``train_logprobs``) and μ (``rollout_logprobs``); ``mask`` marks
-    the action tokens. Computed in float64."""
+    the action tokens; ``two_sided`` (mask modes) also masks a ratio below 1 / ``cap``.
+    Computed in float64."""
     if mode not in CORRECTIONS or mode == "none":
         raise ValueError(f"mode={mode!r}: use one of {CORRECTIONS[1:]}")
     if not cap >= 1:
         raise ValueError(f"cap={cap!r}: a number >= 1")
+    if two_sided and not mode.endswith("mask"):
+        raise ValueError(f"two_sided=True with mode={mode!r}: only the mask modes mask")
     mask = mask.bool()
     log_ratio = ((train_logprobs.double() - rollout_logprobs.double()) * mask).nan_to_num(0.0)
     log_cap = math.log(cap)
+
+    def outside(logs: torch.Tensor) -> torch.Tensor:
+        return (logs > log_cap) | (logs < -log_cap) if two_sided else logs > log_cap
+
     if mode.startswith("sequence"):
         log_ratio_rows = log_ratio.sum(-1, keepdim=True)
-        over = (log_ratio_rows > log_cap).expand_as(log_ratio)
+        over = outside(log_ratio_rows).expand_as(log_ratio)
         # exp of the capped log: no overflow for a very stale action
         weights = log_ratio_rows.clamp(max=log_cap).exp().clamp(max=cap).expand_as(
             log_ratio).clone()
         has_tokens = mask.any(-1)
-        corrected = float((log_ratio_rows[:, 0] > log_cap)[has_tokens].double().mean()) \
-            if has_tokens.any() else 0.0
+        corrected = float(over[:, 0][has_tokens].double().mean()) if has_tokens.any() else 0.0
     else:
-        over = log_ratio > log_cap
+        over = outside(log_ratio)
         weights = log_ratio.clamp(max=log_cap).exp().clamp(max=cap)  # exactly C when capped
         corrected = float(over[mask].double().mean()) if mask.any() else 0.0
     if mode.endswith("mask"):

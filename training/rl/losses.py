@@ -119,14 +119,21 @@ def adaptive_wm_coef(mean_return, r_max: float, clamp_above: bool = False):
 
 def ppo_clip_token_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor,
                         advantages: torch.Tensor, clip_eps: float = 0.2,
-                        clip_eps_high: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                        clip_eps_high: float | None = None,
+                        sampler_logprobs: torch.Tensor | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token PPO-clip surrogate loss max(−A·r, −A·clip(r, 1−ε, 1+ε_high)).
 
     Args:
         logprobs: current log π_θ of each action token.
-        old_logprobs: log-probs of the same tokens under the rollout (behaviour) policy.
+        old_logprobs: log-probs of the same tokens under the rollout (behaviour) policy, or
+            under the update's starting weights with a rollout correction.
         advantages: advantage of each token (broadcastable to ``logprobs``).
         clip_eps: lower clip range ε; ``clip_eps_high`` defaults to ε (symmetric clipping).
+        sampler_logprobs: log μ of the policy that sampled the tokens (``rollout_correction:
+            sampler_clip``): the same clip condition also applies to π_θ / μ, so a token
+            that has already moved past the trust region around the sampler, in the
+            advantage's direction, gets no gradient (its loss keeps its value).
 
     Returns:
         ``(loss, clipped)``: the per-token loss and a bool tensor marking tokens whose clipped
@@ -137,7 +144,14 @@ def ppo_clip_token_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor,
     ratio = torch.exp((logprobs - old_logprobs).clamp(-20.0, 20.0))
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1.0 - clip_eps, 1.0 + high)
-    return torch.maximum(unclipped, clipped), clipped > unclipped
+    loss, is_clipped = torch.maximum(unclipped, clipped), clipped > unclipped
+    if sampler_logprobs is not None:
+        to_sampler = torch.exp((logprobs.detach() - sampler_logprobs).clamp(-20.0, 20.0))
+        outside = (((advantages > 0) & (to_sampler > 1.0 + high))
+                   | ((advantages < 0) & (to_sampler < 1.0 - clip_eps)))
+        loss = torch.where(outside, loss.detach(), loss)
+        is_clipped = is_clipped | outside
+    return loss, is_clipped
 
 
 def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:

@@ -5,12 +5,11 @@
 L_RL(g) is the PPO-clip loss (+ optional KL to the reference, − optional entropy bonus β·H of
 the full next-token distribution) averaged over the action tokens of group g ("token"
 aggregation) or over its transitions ("sequence"); with a rollout correction on, each action
-token's PPO-clip and KL terms carry its importance weight (``training.rl.correction``). A
-group with no selected
-transition has no WM term. The objective is linear in per-row terms whose weights depend only
-on counts known before the pass (:func:`objective_weights`), so any split of a mini-batch into
-token-budget micro-batches, with the micro-batch losses summed (gradient accumulation), gives
-exactly the gradient of the whole mini-batch.
+token's PPO-clip term carries its importance weight (``training.rl.correction``), its KL term
+none. A group with no selected transition has no WM term. The objective is linear in per-row
+terms whose weights depend only on counts known before the pass (:func:`objective_weights`), so
+any split of a mini-batch into token-budget micro-batches, with the micro-batch losses summed
+(gradient accumulation), gives exactly the gradient of the whole mini-batch.
 
 Memory and compute: the model's backbone runs once; the LM head is applied only at scored
 positions (action tokens, and observation tokens of rows with a WM weight), in chunks, by
@@ -329,16 +328,16 @@ def micro_batch_loss(model, batch: MicroBatch, w_rl: torch.Tensor, w_wm: torch.T
     action = batch.action_mask
     token_loss, clipped = ppo_clip_token_loss(logprobs, batch.old_logprobs,
                                               batch.advantages[:, None], settings.clip_eps,
-                                              settings.clip_eps_high)
-    if settings.kl_coef > 0:
+                                              settings.clip_eps_high, batch.sampler_logprobs)
+    if batch.is_weights is not None:  # rollout correction (training.rl.correction)
+        token_loss = token_loss * batch.is_weights
+    if settings.kl_coef > 0:  # to the reference, whoever sampled the token: not weighted
         if batch.ref_logprobs is None:
             raise ValueError("kl_coef > 0 needs reference log-probs on every sample")
         kl = kl_k3(logprobs, batch.ref_logprobs)
         token_loss = token_loss + settings.kl_coef * kl
     else:
         kl = torch.zeros_like(logprobs)
-    if batch.is_weights is not None:  # rollout correction (training.rl.correction)
-        token_loss = token_loss * batch.is_weights
     per_row_rl = (token_loss * action).sum(-1)
     loss = (w_rl * per_row_rl).sum()
     if settings.entropy_coef > 0:  # same weights as the RL tokens: a per-group mean entropy

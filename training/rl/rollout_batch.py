@@ -32,6 +32,9 @@ class RolloutBatch:
     cut_prompts: int = 0
     """Transitions whose prompt was cut from the left to fit ``max_seq_len``: their PPO ratio
     compares the policy on a shorter context than the one that sampled the action."""
+    zero_advantage_groups: float = 0.0
+    """Share of the rollout's groups whose every advantage is 0 (every episode scored the same):
+    the RL term learns nothing from them, and after a collapse every group is one."""
 
 
 def anchor_keys(trajectory: Trajectory) -> list[str]:
@@ -121,14 +124,24 @@ def build_batch(trajectories: list[Trajectory], serializer: TransitionSerializer
     tokenizer = serializer.tokenizer
     per_step = step_advantages(trajectories, config, values)
     targets = value_targets(trajectories, values, config) if values is not None else None
+    signal: dict[int, bool] = {}  # group -> has a non-zero advantage
+    for trajectory, advantages in zip(trajectories, per_step):
+        signal[trajectory.group_index] = (signal.get(trajectory.group_index, False)
+                                          or any(a != 0 for a in advantages))
     flat = [(ti, si) for ti, t in enumerate(trajectories) for si, s in enumerate(t.transitions)
             if s.output.response_ids]
     entropies = torch.tensor([entropy_score(trajectories[ti].transitions[si].output, config)
                               for ti, si in flat], dtype=torch.float64)
-    # A transition without a next observation has no WM target: not selectable, not in |S_g|.
-    has_target = torch.tensor([bool(trajectories[ti].transitions[si].next_observation)
-                               for ti, si in flat], dtype=torch.bool)
-    selected = (select_by_entropy(entropies, config.alpha, eligible=has_target)
+    # A transition without a next observation has no WM target: not selectable, not in |S_g|;
+    # nor, when the config says so, one of a group without advantage signal or an invalid action.
+    def wm_eligible(ti: int, si: int) -> bool:
+        transition = trajectories[ti].transitions[si]
+        return (bool(transition.next_observation)
+                and (config.wm_zero_signal_groups or signal[trajectories[ti].group_index])
+                and (config.wm_invalid_actions or not transition.invalid_action))
+
+    eligible = torch.tensor([wm_eligible(ti, si) for ti, si in flat], dtype=torch.bool)
+    selected = (select_by_entropy(entropies, config.alpha, eligible=eligible)
                 if config.paw and flat else torch.zeros(len(flat), dtype=torch.bool))
     group_lambda = group_lambdas(trajectories, config)
     samples = []
@@ -152,4 +165,5 @@ def build_batch(trajectories: list[Trajectory], serializer: TransitionSerializer
             separator_len=serialized.separator_len,
             leak_target=obs_ids[0] if obs_ids else None,
             extra={"task_type": trajectory.task_type}))
-    return RolloutBatch(samples, selected, group_lambda, trajectories, cut_prompts)
+    zero_groups = sum(not has for has in signal.values()) / len(signal) if signal else 0.0
+    return RolloutBatch(samples, selected, group_lambda, trajectories, cut_prompts, zero_groups)
