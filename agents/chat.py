@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import warnings
 from typing import Any, Sequence
@@ -23,13 +24,41 @@ def render_chat(tokenizer, messages: list[dict], **kwargs) -> str:
                          f"renders it in a sandbox, so nothing it asked for ran") from None
 
 
+def template_default_system(tokenizer) -> bool:
+    """Whether ``tokenizer``'s chat template inserts a system message of its own when the
+    messages have none: the text it puts before a user message is longer without a system
+    message than with an empty one."""
+    mark = "\x1eUSER\x1e"
+    try:
+        alone = render_chat(tokenizer, [{"role": "user", "content": mark}])
+        empty = render_chat(tokenizer, [{"role": "system", "content": ""},
+                                        {"role": "user", "content": mark}])
+    except ValueError:  # a template that refuses a system message has no default one
+        return False
+    return mark in empty and alone.find(mark) > empty.find(mark)
+
+
 class ChatEncoder:
     """Turns a user message into the prompt ids a backend generates from.
 
-    The tokenizer's chat template is applied with ``add_generation_prompt=True`` (after an
-    optional system message); the text is tokenised without extra special tokens; ids that do
-    not fit in ``max_context - max_new_tokens`` are cut from the left (the oldest history goes
-    first), and each cut is counted in :attr:`truncated_prompts`.
+    The tokenizer's chat template is applied with ``add_generation_prompt=True``; the text is
+    tokenised without extra special tokens; ids that do not fit in ``max_context -
+    max_new_tokens`` are cut from the left (the oldest history goes first), and each cut is
+    counted in :attr:`truncated_prompts`.
+
+    **The system message** is decided here, on purpose, for every backend alike:
+
+    * ``system_prompt`` a string: that system message before every prompt (``""``: an empty
+      one).
+    * ``system_prompt=None`` (the default): the env's prompt alone says what is asked. A chat
+      template that inserts a default system message of its own when none is given (SmolLM2:
+      "You are a helpful AI assistant named SmolLM, trained by Hugging Face"; Qwen2.5: "You
+      are Qwen, created by Alibaba Cloud. You are a helpful assistant.") gets an empty system
+      message instead, so that identity line is not there; a template without such a default
+      renders the prompt alone. (SmolLM2-135M-Instruct, asked Shelf's prompt under its default
+      line, answered "I'm ready to assist you. What's your task?".) To reproduce a run that
+      had the default line (the paper's verl-agent runs on Qwen2.5), give its text as
+      ``system_prompt``.
     """
 
     def __init__(self, tokenizer: Any, max_context: int | None, system_prompt: str | None,
@@ -46,9 +75,17 @@ class ChatEncoder:
             raise ValueError(f"tokenizer {type(self.tokenizer).__name__} has no chat template; "
                              "use an instruct model or set tokenizer.chat_template")
         messages = [{"role": "user", "content": prompt}]
-        if self.system_prompt is not None:
-            messages.insert(0, {"role": "system", "content": self.system_prompt})
+        system = self.system_message
+        if system is not None:
+            messages.insert(0, {"role": "system", "content": system})
         return render_chat(self.tokenizer, messages, add_generation_prompt=True)
+
+    @functools.cached_property
+    def system_message(self) -> str | None:
+        """The system message every prompt gets (None: none; see the class docstring)."""
+        if self.system_prompt is not None:
+            return self.system_prompt
+        return "" if template_default_system(self.tokenizer) else None
 
     def encode(self, prompt: str, max_new_tokens: int) -> tuple[list[int], bool]:
         """Prompt ids and whether they were cut from the left."""

@@ -21,14 +21,18 @@ _HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
 
 
 def check_model_source(model: str | Path) -> str:
-    """``model`` as given, once it is a model folder (with a ``config.json``) or a hub id that
-    is in the local Hugging Face cache or on a reachable hub; otherwise one clear error, before
-    transformers tries (and retries) the hub.
+    """What to load for ``model``: an offline model's name or a ``.gguf`` file becomes its
+    converted folder (:func:`agents.model_sources.resolve_model`, fetched or converted the
+    first time); a model folder (with a ``config.json``) or a hub id that is in the local
+    Hugging Face cache or on a reachable hub is returned as given; anything else is one clear
+    error, before transformers tries (and retries) the hub.
 
     A name that does not exist locally but looks like a path (absolute, ``./``, ``~``, more than
     one ``/``, or under a folder that exists here, such as ``runs/x``) is a missing folder.
     """
-    source = str(model)
+    from agents.model_sources import resolve_model
+
+    source = resolve_model(model)
     path = Path(source).expanduser()
     if not source.strip():
         raise ValueError("model is empty; give a hub name such as Qwen/Qwen2.5-1.5B-Instruct or "
@@ -46,8 +50,11 @@ def check_model_source(model: str | Path) -> str:
     if looks_local:
         raise FileNotFoundError(f"model folder {source!r} does not exist")
     if not _HUB_ID.fullmatch(source):
-        raise ValueError(f"model {source!r} is neither a folder nor a hub id "
-                         "(namespace/name, e.g. Qwen/Qwen2.5-1.5B-Instruct)")
+        from agents.model_sources import OFFLINE_MODELS
+
+        raise ValueError(f"model {source!r} is neither a folder, a .gguf file, a hub id "
+                         f"(namespace/name, e.g. Qwen/Qwen2.5-1.5B-Instruct) nor an offline "
+                         f"model ({', '.join(OFFLINE_MODELS)})")
     _check_hub_model(source)
     return source
 
@@ -89,8 +96,10 @@ def check_model_folder(path: Path) -> None:
 
 
 #: How to get a model without the hub, for the errors below.
-_GET_A_MODEL = ("give a local model folder, build the offline one with `paw-gym "
-                "build-tiny-model --output_dir runs/tiny-micro`, or go online")
+_GET_A_MODEL = ("give a local model folder, the offline instruct model "
+                "smollm2-135m-instruct (`paw-gym get-model smollm2-135m-instruct`), build the "
+                "tiny one with `paw-gym build-tiny-model --output_dir runs/tiny-micro`, or go "
+                "online")
 
 
 # Only a name that passed is remembered: `paw-gym train`, its trainer and its policy each
@@ -180,7 +189,8 @@ class HFPolicy:
     ):
         """
         Args:
-            model: hub name or local directory, or an already loaded model.
+            model: hub name, local directory, .gguf file or offline model name
+                (:mod:`agents.model_sources`), or an already loaded model.
             tokenizer: hub name, directory or tokenizer; defaults to the model's.
             adapter: optional directory of a peft (LoRA) adapter to load on top of the model.
             device: where to run; defaults to CUDA when available, else CPU.
@@ -214,7 +224,9 @@ class HFPolicy:
         elif tokenizer is None:
             raise ValueError("pass `tokenizer` when `model` is an already loaded model")
         if isinstance(tokenizer, (str, Path)):
-            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
+            from agents.model_sources import resolve_model
+
+            tokenizer = AutoTokenizer.from_pretrained(resolve_model(tokenizer))
         self.model = model.to(self.device)
         self.tokenizer = tokenizer
         self._cache_name: str | None = None  # see _cache_argument

@@ -78,6 +78,10 @@ class VLLMPolicy:
                  seed: int = 0, **engine_kwargs: Any):
         from vllm import LLM
 
+        from agents.model_sources import resolve_model
+
+        model = resolve_model(model)
+        tokenizer = resolve_model(tokenizer) if tokenizer is not None else None
         if entropy_top_k is not None and entropy_top_k < 1:
             raise ValueError(f"entropy_top_k must be >= 1 or None, got {entropy_top_k}")
         lora = {"enable_lora": True, "max_lora_rank": max_lora_rank} if max_lora_rank else {}

@@ -203,7 +203,8 @@ def test_model_sources_are_checked_before_any_download(tmp_path, monkeypatch):
                          (str(tmp_path / "nope"), "does not exist"),
                          ("./x", "does not exist"),
                          ("empty", "has no config.json"),
-                         ("bad name!", "neither a folder nor a hub id")]:
+                         ("bad name!", "neither a folder, a .gguf file, a hub id"),
+                         ("missing.gguf", "GGUF file 'missing.gguf' does not exist")]:
         with pytest.raises((ValueError, FileNotFoundError), match=message):
             check_model_source(bad)
     with pytest.raises(FileNotFoundError, match="does not exist"):
@@ -225,7 +226,7 @@ def test_a_hub_name_offline_is_one_line_naming_how_to_get_a_model(tmp_path, monk
             load("Qwen/Qwen2.5-0.5B-Instruct")
         message = str(raised.value)
         assert "'Qwen/Qwen2.5-0.5B-Instruct' is not a local folder and not in the Hugging Face " \
-               "cache" in message and "paw-gym build-tiny-model" in message
+               "cache" in message and "paw-gym get-model smollm2-135m-instruct" in message
         assert "\n" not in message
     # A model in the Hugging Face cache (its real layout) is accepted offline.
     snapshot = tmp_path / "hub" / "models--Org--Tiny" / "snapshots" / "abc123"

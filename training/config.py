@@ -42,7 +42,14 @@ class TrainConfig(CheckedConfig):
 
     # -- model -------------------------------------------------------------------------------
     model: str = "Qwen/Qwen2.5-1.5B-Instruct"
-    """Hub name or local directory of the policy (any AutoModelForCausalLM with a chat template)."""
+    """The policy: a hub name, a local model folder, a .gguf file, or an offline model's name
+    (``smollm2-135m-instruct``: ``agents.model_sources``); any AutoModelForCausalLM with a chat
+    template."""
+    system_prompt: str | None = None
+    """The system message before every prompt. None (default): the env's prompt alone; a chat
+    template that would insert its own default system message (SmolLM2's "You are a helpful AI
+    assistant named SmolLM…", Qwen2.5's "You are Qwen…") gets an empty one instead
+    (``agents.chat.ChatEncoder``). A string: that message ("": an empty one)."""
     init_checkpoint: str | None = None
     """Start from these weights instead: a full model directory, or a LoRA adapter directory."""
     dtype: WeightDtype = "auto"

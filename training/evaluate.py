@@ -187,17 +187,18 @@ def show_episodes(result: EvalResult, count: int, width: int = 300) -> str:
 
 
 def load_policy(model: str | None = None, checkpoint: str | Path | None = None,
-                device: str | None = None, seed: int = 0):
+                device: str | None = None, seed: int = 0, system_prompt: str | None = None):
     """An ``HFPolicy`` from a model, a trainer checkpoint (``.../step-000010``), a saved model
     directory, or a LoRA adapter directory (its base model: ``model``, else the one recorded
-    in the checkpoint or adapter config)."""
+    in the checkpoint or adapter config), prompting with ``system_prompt``
+    (:class:`agents.chat.ChatEncoder`)."""
     from agents.hf_policy import HFPolicy
     from training.models import is_adapter_dir
 
     if checkpoint is None:
         if model is None:
             raise ValueError("give --model or --checkpoint")
-        return HFPolicy(model, device=device, seed=seed)
+        return HFPolicy(model, device=device, seed=seed, system_prompt=system_prompt)
     from training.infra.checkpoint import check_safetensors, verify_checkpoint
 
     path = Path(checkpoint)
@@ -215,9 +216,10 @@ def load_policy(model: str | None = None, checkpoint: str | Path | None = None,
             model = adapter.get("base_model_name_or_path")
         if not model:
             raise ValueError(f"{path} is a LoRA adapter; give its base model with --model")
-        return HFPolicy(model, adapter=path, device=device, seed=seed)
+        return HFPolicy(model, adapter=path, device=device, seed=seed,
+                        system_prompt=system_prompt)
     return HFPolicy(path, tokenizer=path if (path / "tokenizer_config.json").is_file() else model,
-                    device=device, seed=seed)
+                    device=device, seed=seed, system_prompt=system_prompt)
 
 
 def default_temperature(env_id: str) -> float:

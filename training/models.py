@@ -47,8 +47,10 @@ def lora_layer_names(source: str) -> frozenset[str] | None:
 
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from agents.model_sources import resolve_model
+
     try:
-        config = AutoConfig.from_pretrained(source)
+        config = AutoConfig.from_pretrained(resolve_model(source))
         transformers_logger = logging.getLogger("transformers")
         level = transformers_logger.level
         transformers_logger.setLevel(logging.ERROR)
@@ -88,7 +90,8 @@ def build_policy(config: TrainConfig, device: str | None = None):
         source = config.init_checkpoint  # a full fine-tuned model directory (e.g. from SFT)
     policy = HFPolicy(source, tokenizer=config.model if source != config.model else None,
                       device=device or config.device, dtype=torch_dtype(config.dtype),
-                      seed=config.seed, max_context=rollout_context(config))
+                      seed=config.seed, max_context=rollout_context(config),
+                      system_prompt=config.system_prompt)
     if is_adapter_dir(config.init_checkpoint):
         if not config.lora:
             raise ValueError(f"init_checkpoint {config.init_checkpoint!r} is a LoRA adapter; "
@@ -154,7 +157,8 @@ def build_vllm_policy(config: TrainConfig):
     max_rank = max(8, 1 << (config.lora_r - 1).bit_length()) if config.lora else None
     return VLLMPolicy(source, tokenizer=config.model if source != config.model else None,
                       max_lora_rank=max_rank, seed=config.seed,
-                      max_context=rollout_context(config), **kwargs)
+                      max_context=rollout_context(config), system_prompt=config.system_prompt,
+                      **kwargs)
 
 
 def rollout_context(config: TrainConfig) -> int | None:

@@ -209,12 +209,14 @@ def check_arguments(arguments: Any) -> None:
         check_rollout_backend(backend)
 
 
-def check_model(model: str | Path) -> None:
-    """``model`` is a model folder or a hub id that can be loaded (no weight is read)."""
+def check_model(model: str | Path) -> str:
+    """``model`` is a model folder, a hub id, a .gguf file or an offline model's name that can
+    be loaded (no weight is read; a name or .gguf file is fetched or converted the first time:
+    :mod:`agents.model_sources`); returns what to load (the folder of a name or .gguf)."""
     from agents.hf_policy import check_model_source
 
     try:
-        check_model_source(model)
+        return check_model_source(model)
     except FileNotFoundError as error:
         raise PreflightError(str(error), missing_file=True) from None
     except ValueError as error:

@@ -26,7 +26,11 @@ class EvalArguments(CheckedConfig):
     env: str | None = None
     """Env id, e.g. PaW/WebShop-v0 (default: the env the --checkpoint was trained on)."""
     model: str | None = None
-    """Hub name or model directory."""
+    """Hub name, model folder, .gguf file or offline model name (smollm2-135m-instruct)."""
+    system_prompt: str | None = None
+    """The system message before every prompt (default: the --checkpoint's, else none: a
+    chat template's own default system message is replaced by an empty one;
+    ``agents.chat.ChatEncoder``)."""
     checkpoint: str | None = None
     """Trainer checkpoint, saved model or LoRA adapter directory; a training run or
     ``paw-gym demo`` folder: its latest checkpoint (named in the output)."""
@@ -146,11 +150,14 @@ def resolve_settings(arguments: EvalArguments, trained: dict[str, Any]) -> dict[
         "invalid_penalty": trained.get("invalid_penalty") if same_env else None,
         "max_new_tokens": pick(arguments.max_new_tokens, "max_new_tokens", 512),
         "max_steps": pick(arguments.max_steps, "max_episode_steps", None),
+        "system_prompt": arguments.system_prompt if arguments.system_prompt is not None
+        else trained.get("system_prompt"),
     }
 
 
-def build_agent(arguments: EvalArguments, env_id: str):
-    """The agent named by ``--agent`` (loading the policy when it needs one)."""
+def build_agent(arguments: EvalArguments, env_id: str, system_prompt: str | None = None):
+    """The agent named by ``--agent`` (loading the policy when it needs one, with
+    ``system_prompt``)."""
     from agents.baselines import ExpertAgent, RandomAgent
 
     if arguments.agent == "random":
@@ -159,7 +166,8 @@ def build_agent(arguments: EvalArguments, env_id: str):
         return ExpertAgent()
     from training.evaluate import load_policy
 
-    policy = load_policy(arguments.model, arguments.checkpoint, arguments.device, arguments.seed)
+    policy = load_policy(arguments.model, arguments.checkpoint, arguments.device, arguments.seed,
+                         system_prompt)
     if arguments.agent == "policy":
         return policy
     from agents.prompting import ReActAgent, ReflexionAgent, expert_examples
@@ -208,7 +216,7 @@ def evaluate_command(arguments: EvalArguments) -> int:
     if arguments.replay:
         check_writable(arguments.replay, "--replay")
     try:
-        agent = build_agent(arguments, env_id)
+        agent = build_agent(arguments, env_id, settings["system_prompt"])
     except (ValueError, FileNotFoundError, OSError) as error:
         raise UserError(str(error)) from error
     from training.evaluate import (evaluate, show_episodes, to_markdown, write_replay,

@@ -67,7 +67,9 @@ def model_shape(model: str) -> dict[str, Any]:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(model)
+    from agents.model_sources import resolve_model
+
+    config = AutoConfig.from_pretrained(resolve_model(model))
     with torch.device("meta"):
         network = AutoModelForCausalLM.from_config(config)
     total = sum(p.numel() for p in network.parameters())

@@ -330,7 +330,7 @@ class PaWGRPOTrainer(GRPOTrainer):
         if args is not None and not isinstance(args, PaWGRPOConfig):
             raise TypeError(f"args must be a PaWGRPOConfig, got {type(args).__name__}")
         if isinstance(model, (str, Path)):  # before TRL loads it or asks the hub
-            check_model(model)
+            model = check_model(model)  # an offline model's name: its folder
         super().__init__(model=model, reward_funcs=reward_funcs or [env_return], args=args,
                          rollout_func=env, **kwargs)
         self.env = env

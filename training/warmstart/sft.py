@@ -25,7 +25,14 @@ class SFTConfig(CheckedConfig):
     """Supervised warm start on recorded expert transitions."""
 
     model: str = "runs/tiny-model"
-    """Hub name or directory of the model to fine-tune."""
+    """The model to fine-tune: a hub name, a model folder, a .gguf file or an offline model's
+    name (``smollm2-135m-instruct``)."""
+    system_prompt: str | None = None
+    """The system message before every prompt (train and eval the result with the same). None (default): the env's prompt alone; a chat
+    template that would insert its own default system message (SmolLM2's "You are a helpful AI
+    assistant named SmolLM…", Qwen2.5's "You are Qwen…") gets an empty one instead
+    (``agents.chat.ChatEncoder``). A string: that message ("": an empty one)."""
+
     replay: str = "runs/expert-demos"
     """WMReplay directory with the expert transitions (RecordTransitions output)."""
     output_dir: str = "runs/sft"
@@ -113,7 +120,8 @@ def _fine_tune(config: SFTConfig, output) -> list[dict[str, Any]]:
 
     random.seed(config.seed)
     torch.manual_seed(config.seed)
-    policy = HFPolicy(config.model, device=config.device, dtype="auto", seed=config.seed)
+    policy = HFPolicy(config.model, device=config.device, dtype="auto", seed=config.seed,
+                      system_prompt=config.system_prompt)
     if config.lora:
         from peft import LoraConfig, get_peft_model
 
