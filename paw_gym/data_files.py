@@ -207,6 +207,15 @@ CHECKPOINT_STATE = Record("checkpoint state", (
         Field("max_staleness", "int", minimum=0),
         Field("steps", "list", items="int"),
     )), required=False),
+    # training.infra.collapse.CollapseWatch.state()
+    Field("collapse", Record("collapse", (
+        _number("best_rate", minimum=0, maximum=1),
+        Field("best_rate_at", "int", minimum=0),
+        Field("best_checkpoint", "str", nullable=True),
+        _number("best_score", minimum=-1, maximum=1),
+        Field("waiting", "list", items="list"),
+        Field("collapsed_at", "int", minimum=0, nullable=True),
+    )), required=False),
 ))
 
 _POLICY_OUTPUT = Record("policy output", (

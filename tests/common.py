@@ -32,7 +32,7 @@ def replay_record_key(record: dict) -> tuple:
 #: Metrics that measure time or memory: they differ run to run, so runs are compared without them.
 TIMING_METRICS = frozenset({"rollout_time", "step_time", "update_time", "tokens_per_s",
                             "gen_tokens_per_s", "peak_mem_mb", "rollout_wait_time",
-                            "weight_sync_time"})
+                            "weight_sync_time", "sync_step_estimate", "async_speedup"})
 
 
 _HOLD = ("import sys, time\nfrom paw_gym.outputs import claim_folder\n"

@@ -83,6 +83,75 @@ def test_no_rollout_trained_on_is_older_than_max_staleness(tiny_model_dir, tmp_p
                for row in rows)
 
 
+@pytest.mark.parametrize("k, first, ready, expected", [
+    (1, 0, set(), [[0], [1, 2], [3], [4]]),        # rollout 1 waits for the end of update 0
+    (2, 0, set(), [[0], [1, 2, 3], [4], [5]]),
+    (0, 0, set(), [[0], [1], [2], [3]]),           # the synchronous schedule
+    (1, 3, {3}, [[4], [5], [6], [7]]),             # a resume: rollout 3 from its checkpoint
+    (2, 3, {3, 4}, [[5], [6], [7], []]),
+])
+def test_the_schedule_asks_for_each_rollout_with_the_weights_that_sample_it(k, first, ready,
+                                                                            expected):
+    """What the worker is asked for at the start, then as each version is published (the
+    rollouts the previous weights still sample first): every rollout s once, sampled by
+    v(s) = max(first, s − k), with 8 updates in all."""
+    from training.rl.async_rollout import Schedule
+
+    schedule = Schedule(total=8, max_staleness=k)
+    asked = [schedule.start(first, ready)]
+    for version in range(first + 1, first + 4):
+        asked.append(schedule.due(version - 1) + schedule.due(version))
+    assert asked == expected
+    assert all(schedule.version_for(s) == max(first, s - k) for step in asked for s in step)
+
+
+@pytest.mark.parametrize("trainer_threads, cores, expected", [
+    (1, 2, (1, 1)), (2, 2, (1, 1)), (16, 16, (8, 8)), (4, 16, (4, 4)), (3, 4, (2, 2)),
+    (1, 1, (1, 1)),  # one core: oversubscribed whatever the split (Overlap reports it)
+])
+def test_the_trainer_and_the_worker_split_the_cores(trainer_threads, cores, expected):
+    from training.rl.async_rollout import split_threads
+
+    assert split_threads(trainer_threads, cores) == expected
+
+
+def test_the_overlap_is_measured_against_the_phases_alone_and_slower_says_so():
+    """Timed alone: a rollout of 100 generated tokens in 1 s, an update of 1000 trained tokens
+    in 2 s. Updates of the same work that take 3.5 s each are slower than the 3 s the
+    synchronous trainer would take: after Overlap.SETTLE of them, one line, once."""
+    from training.rl.async_rollout import Overlap
+
+    overlap = Overlap()
+    assert overlap.add(True, 1.0, 100, 2.0, 1000, 30.0) == {}  # the timed update (worker start)
+    rows = [overlap.add(False, 1.4, 100, 3.3, 1000, 3.5) for _ in range(3)]
+    assert [row["sync_step_estimate"] for row in rows] == pytest.approx([3.0] * 3)
+    assert rows[-1]["async_speedup"] == pytest.approx(3.0 / 3.5)
+    assert overlap.slower_line((1, 1), 2) == (
+        "async_rollouts is slower here than the synchronous trainer: 3.50 s per update against "
+        "about 3.00 s for the same rollouts and updates one after the other (0.86x; each phase "
+        "timed alone at the first update: rollout 1.00 s, update 2.00 s): the two processes "
+        "(1 + 1 threads on 2 cores) slow each other down more than they overlap, so "
+        "async_rollouts: false trains faster on this machine (docs/training.md, \"When async "
+        "pays\")")
+    assert overlap.slower_line((1, 1), 2) is None  # said once
+    faster = Overlap()
+    faster.add(True, 1.0, 100, 2.0, 1000, 30.0)
+    for _ in range(5):
+        faster.add(False, 1.0, 100, 2.0, 1000, 2.0)
+    assert faster.slower_line((1, 1), 2) is None
+    assert Overlap().add(False, 1.0, 100, 2.0, 1000, 2.0) == {}  # a resume: nothing timed alone
+
+
+def test_an_async_run_logs_its_overlap_from_the_update_after_the_timed_one(tiny_model_dir,
+                                                                          tmp_path):
+    out = tmp_path / "run"
+    PaWTrainer(TrainConfig(**_fields(tiny_model_dir, total_steps=3, async_rollouts=True,
+                                     max_staleness=1), output_dir=str(out))).train()
+    rows = read_metrics(out / "metrics.jsonl")
+    assert "async_speedup" not in rows[0]
+    assert all(row["async_speedup"] > 0 and row["sync_step_estimate"] > 0 for row in rows[1:])
+
+
 def test_async_settings_that_cannot_work_are_refused_before_any_work(tmp_path):
     with pytest.raises(ValueError, match=r"rollout_backend='vllm' is invalid; expected hf with "
                                          r"async_rollouts"):

@@ -290,7 +290,13 @@ class TrainConfig(CheckedConfig):
     save_every: int = bounded(10, 0, note="0: only at the end")
     """Checkpoint every N updates (0: only at the end)."""
     keep_checkpoints: int = bounded(2, 1)
-    """Most recent checkpoints kept on disk."""
+    """Most recent checkpoints kept on disk (and the best one, see ``on_collapse``)."""
+    on_collapse: Literal["warn", "stop", "rollback"] = "warn"
+    """When every episode of an update's rollout (and of its validation, when it validates)
+    fails after the run had succeeded (``training.infra.collapse``), the run prints one line
+    naming the best checkpoint; ``warn`` goes on, ``stop`` ends the run there, ``rollback``
+    loads the best checkpoint's weights and optimizer state and goes on from the current
+    update."""
     tensorboard: bool = False
     """Also log to TensorBoard (needs tensorboard installed)."""
     wandb: bool = False

@@ -22,6 +22,7 @@ from paw_gym.outputs import Output, claim_folder
 from paw_gym.progress import Progress, is_terminal, progress_bar, quiet_outside_terminal
 from training.config import TrainConfig, save_config
 from training.infra import checkpoint as ckpt
+from training.infra.collapse import CollapseWatch
 from training.infra import distributed
 from training.infra.seeding import seed_everything
 from training.infra.metrics_log import MetricsLogger
@@ -30,7 +31,7 @@ from training.models import (Reference, ValueModel, build_policy, build_vllm_pol
                              trainable_parameters)
 from training.preflight import preflight
 from training.rl.async_rollout import (AsyncRollouts, Rollout, RolloutRequest, all_weights,
-                                       read_rollouts_ahead, rollouts_to_json,
+                                       available_cores, read_rollouts_ahead, rollouts_to_json,
                                        trainable_weights)
 from training.rl.batch import collate, token_budget_batches
 from training.rl.correction import correction_weights
@@ -154,6 +155,8 @@ class PaWTrainer:
         self._async: AsyncRollouts | None = None  # async_rollouts' worker, from the 1st step
         self.output: Output | None = None  # output_dir, claimed by rank 0 in train()
         self._restored_rollouts: list[Rollout] = []  # sampled ahead, from a checkpoint
+        self.collapse = CollapseWatch()
+        self._last_version = 0  # the weights version that sampled the last rollout
 
     def _check_memory(self) -> None:
         """Print the per-process memory estimate (rank 0; on a GPU, or for a model of 100 M
@@ -238,6 +241,7 @@ class PaWTrainer:
         try:
             if config.val_before_train and self.step == 0:
                 validation = self.validate()
+                self.collapse.observe(0, validation, episodes=0)  # the run's best so far
                 if logger:
                     logger.log(0, validation)
                     bar.write(metrics_line(0, config.total_steps, validation))
@@ -255,10 +259,13 @@ class PaWTrainer:
                                     success=f"{metrics['success']:.2f}")
                     if config.log_every and self.step % config.log_every == 0:
                         bar.write(metrics_line(self.step, config.total_steps, metrics))
+                stop = self._watch_collapse(metrics)
                 if config.save_every and self.step % config.save_every == 0:
-                    self.save_checkpoint()
+                    self.save_checkpoint(metrics)
+                if stop:
+                    break
             if not config.save_every or self.step % config.save_every:
-                self.save_checkpoint()
+                self.save_checkpoint(history[-1] if history else None)
         except KeyboardInterrupt:
             interrupted = True
             raise
@@ -395,6 +402,7 @@ class PaWTrainer:
                                         request.sampling_seed)
             rollout = Rollout(self.step, self.step, trajectories, time.perf_counter() - start)
         trajectories = rollout.trajectories
+        self._last_version = rollout.version
         for trajectory in trajectories:
             trajectory.group_index += request.group_offset
         self._log_phase(f"rollout: {len(trajectories)} episodes, "
@@ -421,8 +429,24 @@ class PaWTrainer:
             # the full-weight refresh, included in rollout_time
             metrics["weight_sync_time"] = world.reduce({"s": self.weight_sync_time}, "max")["s"]
         metrics["step_time"] = time.perf_counter() - start
+        if waited is not None:
+            self._account_overlap(rollout, generated, metrics)
         self.step += 1
         return metrics
+
+    def _account_overlap(self, rollout: Rollout, generated: float,
+                         metrics: dict[str, Any]) -> None:
+        """``async_speedup`` and ``sync_step_estimate`` into ``metrics``
+        (:class:`training.rl.async_rollout.Overlap`), and the one line when async is slower
+        than the synchronous trainer would be."""
+        source = self._async
+        metrics.update(source.overlap.add(
+            rollout.step == source.timed_alone, rollout.seconds,
+            generated, metrics["update_time"], metrics["tokens_per_s"] * metrics["update_time"],
+            metrics["step_time"]))
+        line = source.overlap.slower_line(source.threads, available_cores())
+        if line and self.world.is_main:
+            print(line, file=sys.stderr, flush=True)
 
     def _rollout_request(self, step: int) -> RolloutRequest:
         """This rank's rollout of update ``step``: its tasks (``rollout_groups`` seeds drawn
@@ -811,16 +835,20 @@ class PaWTrainer:
         return metrics
 
     # -- checkpoints --------------------------------------------------------------------------
-    def save_checkpoint(self) -> Path:
+    def save_checkpoint(self, metrics: dict[str, Any] | None = None) -> Path:
         """Rank 0 writes the weights, optimizers and state (under FSDP every rank also writes
         its shards); every rank its RNG state. Written into a hidden folder beside the
         checkpoint, which rank 0 records (with each weight file's sha256) and renames into
         place when complete (:meth:`paw_gym.outputs.Output.staged`). A failed write (a full
-        disk) is a ``CheckpointWriteError``, and the partial checkpoint goes."""
+        disk) is a ``CheckpointWriteError``, and the partial checkpoint goes. ``metrics``: the
+        last update's, which score the checkpoint for the best one
+        (:mod:`training.infra.collapse`), kept from pruning."""
         from safetensors import SafetensorError
 
         out = Path(self.config.output_dir)
         path = ckpt.checkpoint_dir(out, self.step)
+        if metrics is not None:
+            self.collapse.note_checkpoint(self.step, str(path), metrics)
         try:
             if self.world.is_main:
                 if self.output is None:  # called outside train(): the run's folder, as it is
@@ -828,7 +856,8 @@ class PaWTrainer:
                                                records=ckpt.TRAIN_WRITES, resume=True)
                 with self.output.staged(path.relative_to(out).as_posix()) as staging:
                     self._write_checkpoint(staging)
-                ckpt.prune(self.output, self.config.keep_checkpoints)
+                ckpt.prune(self.output, self.config.keep_checkpoints,
+                           also=self.collapse.protected())
             else:
                 self._write_checkpoint(path.with_name(f".{path.name}.partial"))
             self.world.barrier()  # renamed before any rank goes on
@@ -875,7 +904,7 @@ class PaWTrainer:
             state = {"step": self.step, "skipped_updates": self.skipped_updates,
                      "scheduler": self.scheduler.state_dict(), "rng": rng_states[0],
                      "world_size": world.world_size, "rank_rng": rng_states[1:],
-                     "config": asdict(self.config)}
+                     "config": asdict(self.config), "collapse": self.collapse.state()}
             if ahead is not None:
                 state["rollouts_ahead"] = {"max_staleness": self.config.max_staleness,
                                            "steps": [rollout.step for rollout in ahead]}
@@ -907,11 +936,23 @@ class PaWTrainer:
     def load_checkpoint(self, path: str | Path) -> None:
         """Restore everything from ``path`` (checked first: a damaged file is a
         ``CheckpointError`` naming it, raised before anything is loaded)."""
-        from safetensors.torch import load_file
-
         path = Path(path)
         state = ckpt.verify_checkpoint(path)
         ckpt.check_same_weights(path, state.get("config") or {}, self.config)
+        self._load_weights(path)
+        self.scheduler.load_state_dict(state["scheduler"])
+        self._set_learning_rates()
+        self._restored_rollouts = self._rollouts_ahead(path, state)
+        self._restore_rng(path, state)
+        self.step = int(state["step"])
+        self.skipped_updates = int(state.get("skipped_updates", 0))
+        self.collapse = CollapseWatch.from_state(state.get("collapse", {}))
+        self.resumed_from, self.resumed_config = path, state.get("config")
+
+    def _load_weights(self, path: Path) -> None:
+        """The weights and optimizer state (and the critic's) of the checkpoint ``path``."""
+        from safetensors.torch import load_file
+
         if self.world.sharded:
             shards = [(self.model, self.optimizer, path / "sharded")]
             if self.critic is not None:
@@ -929,12 +970,39 @@ class PaWTrainer:
             if self.critic is not None:
                 self.critic.load_state_dict(load_file(str(path / "critic.safetensors")))
                 ckpt.load_optimizer(self.critic_optimizer, path / "critic_optimizer")
-        self.scheduler.load_state_dict(state["scheduler"])
-        self._restored_rollouts = self._rollouts_ahead(path, state)
-        self._restore_rng(path, state)
-        self.step = int(state["step"])
-        self.skipped_updates = int(state.get("skipped_updates", 0))
-        self.resumed_from, self.resumed_config = path, state.get("config")
+
+    def _set_learning_rates(self) -> None:
+        """The config's learning rates at the schedule's current step: after a checkpoint's
+        optimizer and scheduler state, which hold the rates they were saved with (a resume may
+        change ``lr``; a rollback's checkpoint is from an earlier step)."""
+        self.scheduler.base_lrs = [self.config.lr] * len(self.optimizer.param_groups)
+        for group in self.optimizer.param_groups:
+            group["initial_lr"] = self.config.lr
+            group["lr"] = self.config.lr * self._lr_factor(self.scheduler.last_epoch)
+        self.scheduler._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+        for group in (self.critic_optimizer.param_groups if self.critic_optimizer else []):
+            group["lr"] = self.config.critic_lr
+
+    def _watch_collapse(self, metrics: dict[str, Any]) -> bool:
+        """Whether the update just done collapsed the run (:mod:`training.infra.collapse`):
+        then one line says so and names the best checkpoint, and ``on_collapse`` acts. True
+        when the run stops."""
+        episodes = len(self._last_batch.trajectories)
+        if not self.collapse.observe(self.step, metrics, episodes, self._last_version):
+            return False
+        action = self.config.on_collapse
+        if self.world.is_main:
+            print(self.collapse.line(self.step, metrics, episodes, action,
+                                     self.config.save_every), file=sys.stderr, flush=True)
+        best = self.collapse.best_checkpoint
+        if action == "rollback" and best is not None:
+            ckpt.verify_checkpoint(Path(best))
+            self._load_weights(Path(best))
+            self._set_learning_rates()
+            self.collapse.collapsed_at = None  # watched again from here
+            self._sampler_step = self._vllm_synced_step = None  # samplers take the weights
+            self.close()  # the rollouts sampled ahead came from the collapsed weights
+        return action == "stop"
 
     def _rollouts_ahead(self, path: Path, state: dict[str, Any]) -> list[Rollout]:
         """The rollouts an asynchronous run had sampled ahead when it saved ``path``: queued

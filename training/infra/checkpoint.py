@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -249,9 +249,13 @@ def load_trainable_weights(model, path: Path) -> None:
                                  f"missing={missing[:5]} unexpected={unexpected[:5]}")
 
 
-def prune(output, keep: int) -> None:
+def prune(output, keep: int, also: Sequence[str | Path] = ()) -> None:
     """Delete all but the ``keep`` most recent checkpoints of the claimed run folder
-    ``output`` (:class:`paw_gym.outputs.Output`): the files it recorded, nothing else."""
+    ``output`` (:class:`paw_gym.outputs.Output`) and the checkpoints ``also`` (the run's best
+    and those waiting for their score, :mod:`training.infra.collapse`): the files it recorded,
+    nothing else."""
+    kept = {Path(path).name for path in also}
     done = checkpoints_newest_first(output.folder)
     for old in done[keep:] if keep > 0 else []:
-        output.remove(old.relative_to(output.folder).as_posix())
+        if old.name not in kept:
+            output.remove(old.relative_to(output.folder).as_posix())

@@ -10,7 +10,10 @@ for a new run). The trainer publishes version v as soon as update v − 1 ends a
 for rollout v + k, which the worker samples while the trainer runs updates v, v + 1, ...; so up
 to k rollouts are sampled ahead, each trained on exactly s − v(s) ≤ k versions after the one
 that sampled it. With k = 0 the worker waits for every update: the synchronous trainer's
-schedule, in another process.
+schedule, in another process. At the first update of a run (not of a resume, which starts on
+the rollouts its checkpoint stored) the trainer waits for its rollout anyway, and the other
+rollouts of v_0 are asked for only when that update has ended: each phase then runs once
+alone, which :class:`Overlap` times; the same weights sample the same rollouts either way.
 
 Why a fixed version per rollout, with waiting, rather than "the newest weights the worker has"
 with old rollouts dropped (prime-rl's ``max_off_policy_steps``) or held back (AReaL's
@@ -20,12 +23,23 @@ construction, and which weights sampled which rollout does not depend on timing,
 seed gives the same run (and ``--resume`` the same continuation). The price: the worker idles
 when it is k rollouts ahead.
 
-The gap between the sampling version and the trained one: with ``rollout_correction: none``
-the PPO ratio is taken against the sampler's log-probs, so its clip bounds how far an update
-moves from the weights that sampled the rollout; a correction mode (:mod:`training.rl.correction`)
-takes it against the update's starting weights instead. On the main job at k = 1 the first
-kept learning and the second collapsed 8 of 10 seeds (docs/training.md, "Asynchronous
-rollouts").
+The gap between the sampling version and the trained one. With ``rollout_correction: none``
+the PPO ratio is taken against the sampler's log-probs μ, so its clip is a trust region around
+the weights that sampled the rollout. The other corrections (:mod:`training.rl.correction`)
+take the ratio against the update's starting weights π_old, which with one optimizer step per
+update is 1 at that step: nothing bounds the step. What broke the main job at k = 1 (8 of 10
+seeds collapsed with ``token_truncate``) were the tokens of negative advantage that the
+previous update had already pushed down (π_old / μ < 1 − ε), which ``none``'s clip stops and
+the weight min(π_old / μ, C) does not (benchmarks/README.md, "Asynchronous rollouts", the
+replay). ``sampler_clip`` keeps the weight and the clip against μ; the config refuses the others
+with a stale sampler.
+
+Threads. The worker and the trainer split the cores: the worker takes half of them (at most
+the trainer's own thread count), the trainer the rest, so that two processes never run more
+compute threads than there are cores; the worker's OpenMP and MKL pools are sized before its
+interpreter imports torch, and its tokenizer runs on its own thread. What async gains is then
+the overlap of two phases that each keep their speed, which holds only where the cores do not
+slow each other down (:class:`Overlap` measures it in every run).
 
 Weights travel as safetensors bytes through a pipe: every parameter once at the start, then the
 trainable ones (the LoRA adapter, or all weights) after each update. Rollouts come back as
@@ -47,6 +61,7 @@ Example (what ``PaWTrainer`` does with ``async_rollouts: true``)::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import multiprocessing
@@ -55,7 +70,7 @@ import queue
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -175,58 +190,132 @@ def _worker(config: TrainConfig, env_spec, threads: int, inbox, outbox) -> None:
         outbox.put(("error", traceback.format_exc()))
 
 
+def split_threads(trainer_threads: int, cores: int) -> tuple[int, int]:
+    """``(trainer, worker)`` torch threads: the worker half the cores, at most the trainer's
+    count; the trainer what is left, at least one."""
+    worker = max(1, min(trainer_threads, cores // 2))
+    return max(1, min(trainer_threads, cores - worker)), worker
+
+
+def available_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+@contextlib.contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    """``os.environ`` with ``values`` while a spawned child copies it, then as it was."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@dataclass
+class Schedule:
+    """Which rollouts the worker is asked for, and when: rollout s is sampled by the weights
+    after v(s) = max(first, s − max_staleness) updates, asked for as soon as they are sent."""
+
+    total: int
+    """Rollouts in the run (``total_steps``)."""
+    max_staleness: int
+    first: int = 0
+    """The update the worker started at."""
+    next: int = 0
+    """The next rollout to ask for."""
+
+    def version_for(self, step: int) -> int:
+        """v(step) = max(first, step − k): the weights that sample rollout ``step``."""
+        return max(self.first, step - self.max_staleness)
+
+    def start(self, first: int, ready: set[int]) -> list[int]:
+        """Begin at update ``first`` with the rollouts ``ready`` (a checkpoint's): the rollouts
+        to ask for with its weights. When rollout ``first`` is not ready the trainer waits for
+        it anyway, so it is asked for alone and the rest of its weights' rollouts wait for
+        :meth:`due` of the next version: each phase of update ``first`` runs once alone."""
+        self.first = first
+        self.next = max([first - 1, *ready]) + 1
+        return self.due(first, most=1 if first not in ready else None)
+
+    def due(self, version: int, most: int | None = None) -> list[int]:
+        """The next rollouts that weights up to ``version`` sample (``most`` of them)."""
+        steps: list[int] = []
+        while (self.next < self.total and self.version_for(self.next) <= version
+               and (most is None or len(steps) < most)):
+            steps.append(self.next)
+            self.next += 1
+        return steps
+
+
 class AsyncRollouts:
     """The trainer's side: the worker process, the schedule and the rollouts sampled ahead.
 
     ``request_for_step(step)`` gives the :class:`RolloutRequest` of an update (the trainer's
-    task and seed plan, the same as in the synchronous loop)."""
+    task and seed plan, the same as in the synchronous loop). While it runs, the trainer's
+    process uses its share of the cores (:func:`split_threads`; :meth:`close` gives them
+    back)."""
 
-    def __init__(self, config: TrainConfig, request_for_step: Callable[[int], RolloutRequest],
-                 threads: int | None = None):
+    def __init__(self, config: TrainConfig, request_for_step: Callable[[int], RolloutRequest]):
         self.config = config
-        self.max_staleness = config.max_staleness
         self.request_for_step = request_for_step
         import gymnasium as gym
 
+        self._trainer_threads = torch.get_num_threads()
+        trainer, worker = split_threads(self._trainer_threads, available_cores())
+        torch.set_num_threads(trainer)
         # spawn, not fork: a forked child of a process whose torch thread pool already runs
         # can deadlock. The child imports the main module: a script needs a __main__ guard.
         context = torch.multiprocessing.get_context("spawn")
         self._inbox, self._outbox = context.Queue(), context.Queue()
         self._process = context.Process(
             target=_worker, name="paw-gym-rollouts", daemon=True,
-            args=(config, gym.spec(config.env_id), threads or torch.get_num_threads(),
-                  self._inbox, self._outbox))
-        self._process.start()
+            args=(config, gym.spec(config.env_id), worker, self._inbox, self._outbox))
+        # The child's OpenMP and MKL pools start with its share (it imports torch while it
+        # unpickles these arguments, before _worker runs), its tokenizer on its own thread.
+        with _environment(OMP_NUM_THREADS=str(worker), MKL_NUM_THREADS=str(worker),
+                          TOKENIZERS_PARALLELISM="false"):
+            self._process.start()
+        self.threads = (trainer, worker)
+        self.overlap = Overlap()
+        self.schedule = Schedule(config.total_steps, config.max_staleness)
         self._ready: dict[int, Rollout] = {}
-        self._next_request = 0
-        self._first_version = 0
         self.weight_sync_time = 0.0
+        self.timed_alone: int | None = None
+        """The update whose rollout and update ran alone (:meth:`Schedule.start`), if any."""
 
     def start(self, step: int, weights: dict[str, torch.Tensor],
               restored: list[Rollout] = ()) -> None:
         """Begin at update ``step`` with the current ``weights`` (all of them) and the
         rollouts a checkpoint stored (those of ``step``, ``step + 1`` ...)."""
-        self._first_version = step
         self._ready = {rollout.step: rollout for rollout in restored}
-        self._next_request = max([step - 1, *self._ready]) + 1
-        self.publish(step, weights)
+        due = self.schedule.start(step, set(self._ready))
+        self.timed_alone = None if step in self._ready else step
+        self._send_weights(step, weights)
+        self._ask(due)
 
     def publish(self, version: int, weights: dict[str, torch.Tensor]) -> None:
         """Send the weights after ``version`` updates, then ask for every rollout the schedule
-        lets them sample."""
+        lets them sample (after those that older weights, still the worker's, sample)."""
+        self._ask(self.schedule.due(version - 1))
+        self._send_weights(version, weights)
+        self._ask(self.schedule.due(version))
+
+    def _send_weights(self, version: int, weights: dict[str, torch.Tensor]) -> None:
         start = time.perf_counter()
         self._inbox.put(("weights", version, tensors_to_bytes(weights)))
         self.weight_sync_time = time.perf_counter() - start
-        while (self._next_request < self.config.total_steps
-               and self.version_for(self._next_request) == version):
-            request = self.request_for_step(self._next_request)
-            request.version = version
-            self._inbox.put(("rollout", request))
-            self._next_request += 1
 
-    def version_for(self, step: int) -> int:
-        """v(step) = max(v_0, step − k): the weights that sample rollout ``step``."""
-        return max(self._first_version, step - self.max_staleness)
+    def _ask(self, steps: list[int]) -> None:
+        for step in steps:
+            request = self.request_for_step(step)
+            request.version = self.schedule.version_for(step)
+            self._inbox.put(("rollout", request))
 
     def take(self, step: int) -> tuple[Rollout, float]:
         """Rollout ``step`` and the seconds spent waiting for it."""
@@ -240,8 +329,8 @@ class AsyncRollouts:
         ones sample, waiting for those still being sampled (a checkpoint stores them: its own
         weights cannot sample them again). They stay queued for their updates. Those the
         current weights sample are not waited for: a resume asks for them again."""
-        older = [ahead for ahead in range(step, self._next_request)
-                 if self.version_for(ahead) < step]
+        older = [ahead for ahead in range(step, self.schedule.next)
+                 if self.schedule.version_for(ahead) < step]
         while any(ahead not in self._ready for ahead in older):
             self._receive()
         return [self._ready[ahead] for ahead in older]
@@ -262,7 +351,9 @@ class AsyncRollouts:
         self._ready[payload.step] = payload
 
     def close(self) -> None:
-        """Stop the worker (the rollouts sampled ahead are dropped)."""
+        """Stop the worker (the rollouts sampled ahead are dropped) and give the trainer its
+        threads back."""
+        torch.set_num_threads(self._trainer_threads)
         if self._process.is_alive():
             self._inbox.put(("stop",))
             self._process.join(timeout=10)
@@ -272,6 +363,61 @@ class AsyncRollouts:
         for channel in (self._inbox, self._outbox):
             channel.cancel_join_thread()
             channel.close()
+
+
+class Overlap:
+    """What the asynchronous schedule gains in this run, against the synchronous trainer.
+
+    The first update of a fresh start times each phase alone (:meth:`AsyncRollouts.start`):
+    its rollout sampled while the trainer waited, its update run while the worker waited. From
+    then on, each update's synchronous time is estimated as its generated tokens at that
+    rollout's seconds per token plus its trained tokens at that update's (one-off costs of a
+    first pass make the estimate a little high), and set against the update's own step time
+    (waiting for the rollout, the update, sending the weights). ``async_speedup`` is the ratio
+    of their sums: above 1 the overlap pays, below 1 the two processes slow each other down
+    more than they overlap."""
+
+    #: Updates after the timed one before the run says that async is slower.
+    SETTLE = 3
+
+    def __init__(self) -> None:
+        self.alone: tuple[float, float] | None = None
+        """(rollout, update) seconds of the update timed alone."""
+        self._rates = (0.0, 0.0)  # seconds per generated token, per trained token
+        self.sync_s = self.async_s = 0.0
+        self.updates = 0
+        self._said = False
+
+    def add(self, timed_alone: bool, rollout_s: float, generated: float, update_s: float,
+            trained: float, step_s: float) -> dict[str, float]:
+        """Account one update (``timed_alone``: the one whose phases ran alone); its metrics."""
+        if timed_alone:
+            self.alone = (rollout_s, update_s)
+            self._rates = (rollout_s / max(generated, 1.0), update_s / max(trained, 1.0))
+            return {}
+        if self.alone is None:  # a resumed run's first rollouts came from its checkpoint
+            return {}
+        sync = generated * self._rates[0] + trained * self._rates[1]
+        self.sync_s += sync
+        self.async_s += step_s
+        self.updates += 1
+        return {"sync_step_estimate": sync, "async_speedup": self.sync_s / self.async_s}
+
+    def slower_line(self, threads: tuple[int, int], cores: int) -> str | None:
+        """One line, once, when async has been slower than sync would be over
+        :data:`SETTLE` updates; else None."""
+        if self._said or self.updates < self.SETTLE or self.async_s <= self.sync_s:
+            return None
+        self._said = True
+        return (f"async_rollouts is slower here than the synchronous trainer: "
+                f"{self.async_s / self.updates:.2f} s per update against about "
+                f"{self.sync_s / self.updates:.2f} s for the same rollouts and updates one "
+                f"after the other ({self.sync_s / self.async_s:.2f}x; each phase timed alone "
+                f"at the first update: rollout {self.alone[0]:.2f} s, update "
+                f"{self.alone[1]:.2f} s): the two processes ({threads[0]} + {threads[1]} "
+                f"threads on {cores} cores) slow each other down more than they overlap, so "
+                f"async_rollouts: false trains faster on this machine (docs/training.md, "
+                f"\"When async pays\")")
 
 
 # -- rollouts in a checkpoint ---------------------------------------------------------------

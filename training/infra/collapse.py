@@ -1,0 +1,111 @@
+"""A run that has collapsed says so (``TrainConfig.on_collapse``).
+
+A run *collapses* at update s when every episode of its rollout fails (success 0 of n) and, when
+it validates at s, every validation episode too, after the run had succeeded: the best success
+rate it has seen, in a rollout or a validation, must make a 0 of n rarer than once in a thousand
+updates, (1 − best)^n < 10⁻³, so that an ordinary bad update of a task the policy rarely wins
+is not called a collapse. After a collapse every episode of a group scores the same, so every
+GRPO advantage is 0 (``zero_advantage_groups`` 1) and only the PaW term trains, with λ_g = 1.
+Measured runs that collapsed so never recovered (benchmarks/README.md).
+
+The best checkpoint is the saved one with the highest score: the success of a validation of
+its own weights (at its update), else the success of the first rollout its weights sampled (the
+next update's; with ``async_rollouts``, ``max_staleness`` updates later). A rollout's success
+scores the weights that sampled it, not the ones its update made: at the update that breaks a
+run, the rollout was still good and the new weights are not. Ties go to the later checkpoint.
+Pruning keeps it, and the checkpoints still waiting for their rollout, beside the
+``keep_checkpoints`` newest. The watch's state travels in each checkpoint's ``state.json``, so a
+resumed run knows the run's best.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: A 0 % update counts as a collapse only if the run's best rate makes it rarer than this.
+RARER_THAN = 1e-3
+
+
+@dataclass
+class CollapseWatch:
+    """What the trainer knows about the run's successes, its best checkpoint and a collapse."""
+
+    best_rate: float = 0.0
+    """The best success rate seen (a rollout's or a validation's)."""
+    best_rate_at: int = 0
+    """The update where it was seen."""
+    best_checkpoint: str | None = None
+    """The folder of the best checkpoint saved, or None."""
+    best_score: float = -1.0
+    """Its score (module docstring)."""
+    waiting: list[tuple[int, str]] = field(default_factory=list)
+    """(weights version, folder) of the checkpoints whose weights have sampled no rollout
+    yet."""
+    collapsed_at: int | None = None
+    """The update where the current collapse began (None: not collapsed)."""
+
+    def observe(self, step: int, metrics: dict[str, Any], episodes: int,
+                version: int | None = None) -> bool:
+        """Account update ``step`` (``metrics``: its metrics, validation included when it
+        validated; ``episodes``: the rollout's episode count; ``version``: the updates done
+        before the weights that sampled its rollout). True when a collapse begins there."""
+        success, validation = metrics.get("success"), metrics.get("val_success")
+        for waiting in [w for w in self.waiting if w[0] == version]:
+            self.waiting.remove(waiting)
+            self._score(waiting[1], success)
+        failed = success == 0 and validation in (None, 0)
+        began = (failed and self.collapsed_at is None
+                 and (1 - self.best_rate) ** episodes < RARER_THAN)
+        if began:
+            self.collapsed_at = step
+        elif not failed:
+            self.collapsed_at = None
+        for rate in (success, validation):
+            if rate is not None and rate > self.best_rate:
+                self.best_rate, self.best_rate_at = float(rate), step
+        return began
+
+    def note_checkpoint(self, version: int, path: str, metrics: dict[str, Any]) -> None:
+        """A checkpoint of the weights after ``version`` updates, saved after the update of
+        ``metrics``: scored by its validation, or when its weights' first rollout comes."""
+        if metrics.get("val_success") is not None:
+            self._score(path, metrics["val_success"])
+        else:
+            self.waiting.append((version, path))
+
+    def protected(self) -> list[str]:
+        """The checkpoints pruning keeps: the best and those waiting for their score."""
+        return [path for path in (self.best_checkpoint, *(w[1] for w in self.waiting)) if path]
+
+    def _score(self, path: str, score: float) -> None:
+        if score > 0 and score >= self.best_score:  # a checkpoint that wins nothing is no best
+            self.best_checkpoint, self.best_score = path, float(score)
+
+    def line(self, step: int, metrics: dict[str, Any], episodes: int, action: str,
+             save_every: int) -> str:
+        """The one line that says the run collapsed at ``step`` and what it does now."""
+        validation = ("" if metrics.get("val_success") is None else
+                      f", and every one of {int(metrics.get('val_episodes', 0))} validation "
+                      f"episodes")
+        if self.best_checkpoint is None:
+            best = f"no saved checkpoint has won an episode yet (save_every={save_every})"
+            then = {"warn": "training goes on", "stop": "the run stops",
+                    "rollback": "nothing to roll back to, so training goes on"}[action]
+        else:
+            best = (f"the best checkpoint is {self.best_checkpoint} "
+                    f"({100 * self.best_score:.0f} % success)")
+            then = {"warn": "training goes on (on_collapse: stop or rollback acts on it)",
+                    "stop": "the run stops (on_collapse: stop)",
+                    "rollback": "training goes on from it (on_collapse: rollback)"}[action]
+        return (f"collapsed at update {step}: every one of {episodes} rollout episodes failed"
+                f"{validation}, after {100 * self.best_rate:.0f} % success at update "
+                f"{self.best_rate_at}; {best}; {then}")
+
+    def state(self) -> dict[str, Any]:
+        """For a checkpoint's ``state.json`` (:meth:`from_state` reads it back)."""
+        return asdict(self)
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> CollapseWatch:
+        return cls(**{**state, "waiting": [tuple(w) for w in state.get("waiting", [])]})
