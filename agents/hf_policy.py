@@ -435,12 +435,24 @@ class HFPolicy:
                           logits_to_keep=1).logits[:, -1, :]
 
     def _prefill_rows(self, prompt_ids, cache, width) -> torch.Tensor:
-        """Each prompt alone (no padding: the fast causal attention path), then its keys and
-        values copied into the batch cache, right-aligned at ``width``."""
+        """Each distinct prompt alone (no padding: the fast causal attention path), then its
+        keys and values copied into the batch cache, right-aligned at ``width``.
+
+        A prompt seen earlier in the batch is not run again: its row gets a copy of the first
+        one's keys, values and logits. A rollout group's episodes all start from the same
+        prompt, so the first turn's prefill costs one pass per task instead of one per episode,
+        and the copy is the pass's own output, bit for bit."""
         from transformers import DynamicCache
 
         last_logits = []
+        first_row: dict[tuple[int, ...], int] = {}
         for row, ids in enumerate(prompt_ids):
+            earlier = first_row.setdefault(tuple(ids), row)
+            if earlier != row:
+                for layer in cache.layers:
+                    layer.copy_row(earlier, row)
+                last_logits.append(last_logits[earlier])
+                continue
             row_cache = DynamicCache(config=self.model.config)
             out = self.model(input_ids=torch.tensor([ids], device=self.device),
                              **self._cache_argument(row_cache), use_cache=True, logits_to_keep=1)

@@ -42,6 +42,11 @@ class PreallocatedLayer(DynamicLayer):
         self._keys[row, :, end - n:end] = keys[0]
         self._values[row, :, end - n:end] = values[0]
 
+    def copy_row(self, source: int, row: int) -> None:
+        """Row ``row`` becomes a copy of row ``source`` (the same prompt)."""
+        self._keys[row] = self._keys[source]
+        self._values[row] = self._values[source]
+
     def set_length(self, length: int) -> None:
         self.length = length
         self._expose()

@@ -72,6 +72,28 @@ def test_left_padding_and_chunking_do_not_change_greedy_outputs(policy):
                                    rtol=0)
 
 
+def test_a_prompt_repeated_in_a_batch_is_prefilled_once_and_samples_as_if_alone(policy):
+    """A rollout group's episodes share their first prompt: it runs once, and every copy
+    samples exactly what a batch of distinct prompts would have given it."""
+    repeated = [PROMPTS[1], PROMPTS[2], PROMPTS[1], PROMPTS[1], PROMPTS[3]]
+    prefills = []
+    hook = policy.model.register_forward_pre_hook(
+        lambda module, args, kwargs: prefills.append(kwargs["input_ids"].shape[1])
+        if kwargs["input_ids"].shape[1] > 1 else None, with_kwargs=True)
+    try:
+        outputs = policy.act(repeated, temperature=1.0, max_new_tokens=8, stop=None, seed=5)
+    finally:
+        hook.remove()
+    # one per distinct prompt (the padded path runs the whole batch in one pass)
+    assert len(prefills) == (3 if policy.prefill == "per_row" else 1)
+    greedy = policy.act(repeated, temperature=0.0, max_new_tokens=8, stop=None)
+    assert greedy[0].response_ids == greedy[2].response_ids == greedy[3].response_ids == \
+        policy.act([PROMPTS[1]], temperature=0.0, max_new_tokens=8, stop=None)[0].response_ids
+    for out in outputs:  # each sample's log-probs are its own, from its own copy of the cache
+        logprobs = teacher_forced(policy, out, 1.0)[0]
+        torch.testing.assert_close(torch.tensor(out.logprobs), logprobs, atol=1e-4, rtol=0)
+
+
 def test_empty_prompt_gets_the_chat_template_and_generates(policy):
     out = policy.act([""], max_new_tokens=5, seed=0)[0]
     expected = policy.tokenizer(policy.tokenizer.apply_chat_template(

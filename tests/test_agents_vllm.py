@@ -33,20 +33,25 @@ def teacher_forced(policy: HFPolicy, output: dict, temperature: float):
     return chosen, -(logp.exp() * logp).sum(-1), logits.argmax(-1)
 
 
-def test_vllm_matches_hf_policy_with_and_without_lora(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("model", ["tiny_model_dir", "smollm2_dir"])
+def test_vllm_matches_hf_policy_with_and_without_lora(model, request, tmp_path):
+    """The tiny model, and the real instruct model SmolLM2-135M-Instruct (its ChatML template,
+    its empty system turn, its 49k vocabulary): vLLM's samples, log-probs and entropies are the
+    HF policy's, with and without a LoRA adapter."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
     from agents.vllm_venv import DEFAULT_DIR, ensure_vllm_venv
 
+    model_dir = request.getfixturevalue(model)
     python = ensure_vllm_venv(DEFAULT_DIR)
     torch.manual_seed(0)
-    lora = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+    lora = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir),
                           LoraConfig(r=4, target_modules=["q_proj", "v_proj"],
                                      init_lora_weights=False))
     lora.save_pretrained(tmp_path / "lora")
     (tmp_path / "prompts.json").write_text(json.dumps(PROMPTS))
-    command = [str(python), "-m", "agents.vllm_policy", "--model", str(tiny_model_dir),
+    command = [str(python), "-m", "agents.vllm_policy", "--model", str(model_dir),
                "--prompts", str(tmp_path / "prompts.json"), "--out", str(tmp_path / "out.json"),
                *(f"--temperature={t}" for t in TEMPERATURES), "--max-new-tokens", str(NEW_TOKENS),
                "--max-context", str(CONTEXT), "--stop", "</action>",
@@ -58,7 +63,7 @@ def test_vllm_matches_hf_policy_with_and_without_lora(tiny_model_dir, tmp_path):
     results = json.loads((tmp_path / "out.json").read_text())
 
     for name, adapter in (("base", None), ("adapter", tmp_path / "lora")):
-        hf = HFPolicy(tiny_model_dir, adapter=adapter, max_context=CONTEXT,
+        hf = HFPolicy(model_dir, adapter=adapter, max_context=CONTEXT,
                       attn_implementation="eager", dtype=torch.float32)
         for temperature in TEMPERATURES:
             outputs = results[name][str(temperature)]
