@@ -50,3 +50,27 @@ def test_train_names_the_first_steps_when_the_model_is_missing(tmp_path, monkeyp
     assert err.strip().endswith(f"{path} says to run first: paw-gym build-tiny-model --env "
                                 "PaW/ALFWorld-v0 --output_dir runs/tiny-alfworld")
     assert not (tmp_path / "runs").exists()  # nothing created on the way
+
+
+REAL = REPO / "configs" / "real"
+
+
+@pytest.mark.parametrize("path", sorted(REAL.glob("*.yaml")), ids=lambda p: f"real/{p.name}")
+def test_each_real_model_config_loads_and_its_first_line_builds_its_start(path):
+    """configs/real: SFT configs of the offline instruct model, and RL configs whose ``# first:``
+    line is the SFT that writes their ``init_checkpoint``."""
+    from training.warmstart.sft import SFTConfig
+
+    if path.name.endswith("_sft.yaml"):
+        config = load_config(path, cls=SFTConfig)
+        assert config.model == "smollm2-135m-instruct" and config.lora
+        return
+    config = load_config(path, cls=TrainConfig)
+    assert config.model == "smollm2-135m-instruct" and config.lora
+    first = first_steps(path)
+    assert first, f"{path} starts from {config.init_checkpoint!r} and has no '# first:' line"
+    command = shlex.split(first)
+    assert command[:2] == ["paw-gym", "sft"]
+    build_parser().parse_args(command[1:])
+    sft = load_config(REPO / command[command.index("--config") + 1], cls=SFTConfig)
+    assert sft.output_dir == config.init_checkpoint and sft.model == config.model

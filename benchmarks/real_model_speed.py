@@ -1,0 +1,183 @@
+"""Where a real model's update goes on CPU, against what the model itself costs.
+
+SmolLM2-135M-Instruct with a LoRA adapter (r 16 on every projection, as the real-model recipes
+train it), one torch thread, on Shelf-shaped rows (the paper's prompt with history: ~180 prompt
+tokens, ~20 action tokens, ~15 observation tokens). Each phase of an update is timed beside the
+ceiling of the same work done by the bare model in the same run:
+
+* **generation** (``HFPolicy.act``: R prompts, up to T new tokens) against its ceiling: the
+  prompts' forward passes alone (one row each, no padding, ``inference_mode``) plus T batched
+  one-token forward passes on a KV cache;
+* **scoring** (a no-grad pass over the rollout's rows, as the KL reference and the rollout
+  correction run it: ``PaWTrainer._action_logprobs``' ``gather_logprobs``) against a plain
+  forward pass over the same rows;
+* **update** (the objective's forward and backward, ``micro_batch_loss``, over h ⊕ a ⊕ o rows)
+  against a plain forward + backward of the summed log-probs of the same rows (the model's
+  logits, ``log_softmax``, ``gather``).
+
+A ratio near 1 means the phase costs what the model costs; the phases alternate over repeats
+and the medians are reported (CPU capacity here moves between about one and two cores).
+
+    python -m benchmarks.real_model_speed               # ~10 min on one core
+    python -m benchmarks.real_model_speed --repeats 1   # ~4 min
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from typing import Callable
+
+from benchmarks.common import RESULTS, machine, set_threads, write_json
+
+MODEL = "smollm2-135m-instruct"
+
+
+def shelf_rows(policy, count: int, seed: int = 0):
+    """``count`` Shelf transitions as the trainer sees them: prompt ids (the paper's template,
+    2 steps of history), an expert action and the next observation."""
+    from agents.baselines import ExpertAgent
+    from agents.envs import env_factory
+    from agents.rollout import rollout
+
+    episodes = rollout(ExpertAgent(0.5), env_factory("PaW/Shelf-v0", split="train"),
+                       count, 1, seed=seed, max_steps=6)
+    rows = []
+    for step in (s for e in episodes for s in e.transitions):
+        prompt, _ = policy.encode_prompt(step.prompt, 48)
+        action = policy.tokenizer(step.output.text, add_special_tokens=False)["input_ids"]
+        observation = policy.tokenizer(step.next_observation,
+                                       add_special_tokens=False)["input_ids"]
+        rows.append((prompt, action + [policy.eos_ids[0]], observation))
+    return rows[:count]
+
+
+def timed(work: Callable[[], float | None]) -> float:
+    """Seconds ``work`` took, or the seconds it reports (a ceiling that times only its part)."""
+    start = time.perf_counter()
+    reported = work()
+    return reported if isinstance(reported, float) else time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=16, help="prompts per rollout batch")
+    parser.add_argument("--new_tokens", type=int, default=24)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    set_threads(1)
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from agents.hf_policy import HFPolicy
+    from agents.kv_cache import preallocated_cache
+    from training.rl.batch import Sample, collate
+    from training.rl.objective import ObjectiveSettings, gather_logprobs, micro_batch_loss
+    from training.serialization import TransitionSerializer
+
+    policy = HFPolicy(MODEL, device="cpu", seed=0)
+    policy.model = get_peft_model(policy.model, LoraConfig(r=16, lora_alpha=32, task_type=
+                                                           "CAUSAL_LM", target_modules=[
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+    model = policy.model.eval()
+    rows = shelf_rows(policy, args.rows)
+    serializer = TransitionSerializer.for_policy(policy, "next_turn")
+    samples = []
+    for prompt, action, observation in rows:
+        row = serializer(prompt, action, observation, 1024)
+        samples.append(Sample(row.ids, row.prompt_len, row.action_len, row.obs_len,
+                              old_logprobs=[0.0] * row.action_len,
+                              separator_len=row.separator_len, advantage=random.Random(
+                                  len(samples)).choice([-1.0, 1.0]), group=len(samples) % 4))
+    everything = list(range(len(samples)))
+    micro = collate(samples, everything, pad_id=policy.pad_id)
+    prompts = [prompt for prompt, _, _ in rows]
+    prompt_tokens = sum(map(len, prompts))
+    row_tokens = sum(len(s) for s in samples)
+
+    def generation():
+        policy._sample([(p, False) for p in prompts], 1.0, args.new_tokens, (), seed=0)
+
+    def generation_ceiling():
+        """The prompts' forward passes (one row each) and T batched one-token steps on a KV
+        cache that holds the left-padded prompts (filled outside the timing)."""
+        with torch.inference_mode():
+            start = time.perf_counter()
+            for ids in prompts:
+                model(input_ids=torch.tensor([ids]), use_cache=False, logits_to_keep=1)
+            prefill = time.perf_counter() - start
+            width = max(map(len, prompts))
+            cache = preallocated_cache(model.config.num_hidden_layers, width + args.new_tokens)
+            padded = torch.tensor([[policy.pad_id] * (width - len(p)) + p for p in prompts])
+            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+            model(input_ids=padded, attention_mask=mask, use_cache=True,
+                  **policy._cache_argument(cache))
+            token = padded[:, -1:]
+            positions = torch.tensor([[len(p)] for p in prompts])
+            start = time.perf_counter()
+            for _ in range(args.new_tokens):
+                mask = torch.cat([mask, mask.new_ones((len(prompts), 1))], dim=-1)
+                model(input_ids=token, attention_mask=mask, position_ids=positions,
+                      use_cache=True, logits_to_keep=1, **policy._cache_argument(cache))
+                positions = positions + 1
+            return prefill + time.perf_counter() - start
+
+    def scoring():
+        with torch.no_grad():
+            gather_logprobs(model, micro, score_obs=False)
+
+    def scoring_ceiling():
+        with torch.no_grad():
+            model(input_ids=micro.input_ids, attention_mask=micro.attention_mask,
+                  use_cache=False)
+
+    settings = ObjectiveSettings()
+    w_rl = torch.full((len(samples),), 1.0 / sum(s.action_len for s in samples))
+    w_wm = torch.full((len(samples),), 1.0 / len(samples))
+
+    def update():
+        loss, _ = micro_batch_loss(model, micro, w_rl, w_wm, settings)
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    def update_ceiling():
+        logits = model(input_ids=micro.input_ids, attention_mask=micro.attention_mask,
+                       use_cache=False).logits.float()
+        targets = micro.input_ids[:, 1:]
+        logprobs = logits[:, :-1].log_softmax(-1).gather(-1, targets[..., None])[..., 0]
+        (logprobs * micro.attention_mask[:, 1:]).sum().backward()
+        model.zero_grad(set_to_none=True)
+
+    phases = {"generation": (generation, generation_ceiling),
+              "scoring": (scoring, scoring_ceiling), "update": (update, update_ceiling)}
+    times: dict[str, list[float]] = {f"{name}{suffix}": [] for name in phases
+                                     for suffix in ("", "_ceiling")}
+    update()  # first calls allocate
+    for _ in range(args.repeats):
+        for name, (phase, ceiling) in phases.items():
+            times[name].append(timed(phase))
+            times[f"{name}_ceiling"].append(timed(ceiling))
+    medians = {key: statistics.median(values) for key, values in times.items()}
+    result = {"machine": machine(), "rows": len(samples), "prompt_tokens": prompt_tokens,
+              "row_tokens": row_tokens, "new_tokens": args.new_tokens,
+              "repeats": args.repeats, "seconds": times, "median_s": medians,
+              "ratio_to_ceiling": {name: medians[name] / medians[f"{name}_ceiling"]
+                                   for name in phases},
+              "ceiling_tokens_per_s": {
+                  "forward": row_tokens / medians["scoring_ceiling"],
+                  "forward_backward": row_tokens / medians["update_ceiling"]}}
+    write_json(RESULTS / "real_model_speed.json", result)
+    print(f"{len(samples)} Shelf rows: {prompt_tokens} prompt tokens, {row_tokens} row tokens; "
+          f"{args.new_tokens} new tokens per prompt; medians of {args.repeats}")
+    for name in phases:
+        print(f"  {name:<10} {medians[name]:7.2f} s   ceiling {medians[name + '_ceiling']:7.2f} s"
+              f"   ratio {result['ratio_to_ceiling'][name]:.2f}")
+    print(f"  ceiling: forward {result['ceiling_tokens_per_s']['forward']:.0f} tokens/s, forward"
+          f" + backward {result['ceiling_tokens_per_s']['forward_backward']:.0f} tokens/s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
