@@ -214,7 +214,8 @@ CHECKPOINT_STATE = Record("checkpoint state", (
         Field("best_checkpoint", "str", nullable=True),
         _number("best_score", minimum=-1, maximum=1),
         Field("waiting", "list", items="list"),
-        Field("collapsed_at", "int", minimum=0, nullable=True),
+        Field("failing", "list", items="int"),
+        Field("said", "bool"),
     )), required=False),
 ))
 

@@ -292,11 +292,14 @@ class TrainConfig(CheckedConfig):
     keep_checkpoints: int = bounded(2, 1)
     """Most recent checkpoints kept on disk (and the best one, see ``on_collapse``)."""
     on_collapse: Literal["warn", "stop", "rollback"] = "warn"
-    """When every episode of an update's rollout (and of its validation, when it validates)
-    fails after the run had succeeded (``training.infra.collapse``), the run prints one line
-    naming the best checkpoint; ``warn`` goes on, ``stop`` ends the run there, ``rollback``
-    loads the best checkpoint's weights and optimizer state and goes on from the current
-    update."""
+    """When every episode of the rollouts (and validations) of ``collapse_patience`` updates in
+    a row fails after the run had succeeded (``training.infra.collapse``), the run prints one
+    line naming the best checkpoint; ``warn`` goes on, ``stop`` ends the run there,
+    ``rollback`` loads the best checkpoint's weights and optimizer state and goes on from the
+    current update."""
+    collapse_patience: int = bounded(3, 1)
+    """Updates in a row without a win that make a collapse (``on_collapse``; 1 and 2 also
+    caught runs that recovered, docs/training.md)."""
     tensorboard: bool = False
     """Also log to TensorBoard (needs tensorboard installed)."""
     wandb: bool = False

@@ -988,18 +988,19 @@ class PaWTrainer:
         then one line says so and names the best checkpoint, and ``on_collapse`` acts. True
         when the run stops."""
         episodes = len(self._last_batch.trajectories)
-        if not self.collapse.observe(self.step, metrics, episodes, self._last_version):
+        if not self.collapse.observe(self.step, metrics, episodes, self.config.collapse_patience,
+                                     self._last_version):
             return False
         action = self.config.on_collapse
         if self.world.is_main:
-            print(self.collapse.line(self.step, metrics, episodes, action,
-                                     self.config.save_every), file=sys.stderr, flush=True)
+            print(self.collapse.line(episodes, action, self.config.save_every), file=sys.stderr,
+                  flush=True)
         best = self.collapse.best_checkpoint
         if action == "rollback" and best is not None:
             ckpt.verify_checkpoint(Path(best))
             self._load_weights(Path(best))
             self._set_learning_rates()
-            self.collapse.collapsed_at = None  # watched again from here
+            self.collapse.restart()
             self._sampler_step = self._vllm_synced_step = None  # samplers take the weights
             self.close()  # the rollouts sampled ahead came from the collapsed weights
         return action == "stop"

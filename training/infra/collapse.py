@@ -1,12 +1,16 @@
 """A run that has collapsed says so (``TrainConfig.on_collapse``).
 
-A run *collapses* at update s when every episode of its rollout fails (success 0 of n) and, when
-it validates at s, every validation episode too, after the run had succeeded: the best success
-rate it has seen, in a rollout or a validation, must make a 0 of n rarer than once in a thousand
-updates, (1 − best)^n < 10⁻³, so that an ordinary bad update of a task the policy rarely wins
-is not called a collapse. After a collapse every episode of a group scores the same, so every
-GRPO advantage is 0 (``zero_advantage_groups`` 1) and only the PaW term trains, with λ_g = 1.
-Measured runs that collapsed so never recovered (benchmarks/README.md).
+A run *has collapsed* at update s when every episode of the rollouts of the last K updates
+(``collapse_patience``, default 3) failed, and every validation episode of those updates that
+validated, after the run had succeeded: the best success rate it had seen before, in a rollout
+or a validation, must make K rollouts of n episodes without a win rarer than once in a thousand,
+(1 − best)^(K·n) < 10⁻³, so that a task the policy rarely wins is not called collapsed. After a
+collapse every episode of a group scores the same, so every GRPO advantage is 0
+(``zero_advantage_groups`` 1) and only the PaW term trains, with λ_g = 1. Why K = 3: over the
+464 stored runs of the studies (benchmarks/README.md, "When a run collapses") a single failed
+rollout was followed by a recovery in 21 runs, two in a row in 4 and three in a row in 3, while
+every run whose rollouts failed to its end was seen with K = 3 unless fewer than 3 updates
+were left.
 
 The best checkpoint is the saved one with the highest score: the success of a validation of
 its own weights (at its update), else the success of the first rollout its weights sampled (the
@@ -42,29 +46,37 @@ class CollapseWatch:
     waiting: list[tuple[int, str]] = field(default_factory=list)
     """(weights version, folder) of the checkpoints whose weights have sampled no rollout
     yet."""
-    collapsed_at: int | None = None
-    """The update where the current collapse began (None: not collapsed)."""
+    failing: list[int] = field(default_factory=list)
+    """The updates of the current run of rollouts without a win (and validations, where
+    run)."""
+    said: bool = False
+    """Whether the current run of failures was said to be a collapse."""
 
-    def observe(self, step: int, metrics: dict[str, Any], episodes: int,
+    def observe(self, step: int, metrics: dict[str, Any], episodes: int, patience: int = 1,
                 version: int | None = None) -> bool:
         """Account update ``step`` (``metrics``: its metrics, validation included when it
-        validated; ``episodes``: the rollout's episode count; ``version``: the updates done
-        before the weights that sampled its rollout). True when a collapse begins there."""
+        validated; ``episodes``: the rollout's episode count; ``patience``: K, the failed
+        updates in a row that make a collapse; ``version``: the updates done before the
+        weights that sampled its rollout). True when the run is found collapsed there."""
         success, validation = metrics.get("success"), metrics.get("val_success")
         for waiting in [w for w in self.waiting if w[0] == version]:
             self.waiting.remove(waiting)
             self._score(waiting[1], success)
-        failed = success == 0 and validation in (None, 0)
-        began = (failed and self.collapsed_at is None
-                 and (1 - self.best_rate) ** episodes < RARER_THAN)
-        if began:
-            self.collapsed_at = step
-        elif not failed:
-            self.collapsed_at = None
+        if success == 0 and validation in (None, 0):
+            self.failing.append(step)
+        else:
+            self.failing, self.said = [], False
+        found = (not self.said and len(self.failing) >= patience
+                 and (1 - self.best_rate) ** (patience * episodes) < RARER_THAN)
+        self.said = self.said or found
         for rate in (success, validation):
             if rate is not None and rate > self.best_rate:
                 self.best_rate, self.best_rate_at = float(rate), step
-        return began
+        return found
+
+    def restart(self) -> None:
+        """Watch afresh from the next update (after a rollback)."""
+        self.failing, self.said = [], False
 
     def note_checkpoint(self, version: int, path: str, metrics: dict[str, Any]) -> None:
         """A checkpoint of the weights after ``version`` updates, saved after the update of
@@ -82,12 +94,10 @@ class CollapseWatch:
         if score > 0 and score >= self.best_score:  # a checkpoint that wins nothing is no best
             self.best_checkpoint, self.best_score = path, float(score)
 
-    def line(self, step: int, metrics: dict[str, Any], episodes: int, action: str,
-             save_every: int) -> str:
-        """The one line that says the run collapsed at ``step`` and what it does now."""
-        validation = ("" if metrics.get("val_success") is None else
-                      f", and every one of {int(metrics.get('val_episodes', 0))} validation "
-                      f"episodes")
+    def line(self, episodes: int, action: str, save_every: int) -> str:
+        """The one line that says the run has collapsed and what it does now."""
+        first, last = self.failing[0], self.failing[-1]
+        updates = f"update {last}" if first == last else f"updates {first}–{last}"
         if self.best_checkpoint is None:
             best = f"no saved checkpoint has won an episode yet (save_every={save_every})"
             then = {"warn": "training goes on", "stop": "the run stops",
@@ -98,9 +108,10 @@ class CollapseWatch:
             then = {"warn": "training goes on (on_collapse: stop or rollback acts on it)",
                     "stop": "the run stops (on_collapse: stop)",
                     "rollback": "training goes on from it (on_collapse: rollback)"}[action]
-        return (f"collapsed at update {step}: every one of {episodes} rollout episodes failed"
-                f"{validation}, after {100 * self.best_rate:.0f} % success at update "
-                f"{self.best_rate_at}; {best}; {then}")
+        return (f"collapsed at update {last}: every episode of the rollouts of {updates} failed "
+                f"({episodes} each), and of any validation among them, after "
+                f"{100 * self.best_rate:.0f} % success at update {self.best_rate_at}; {best}; "
+                f"{then}")
 
     def state(self) -> dict[str, Any]:
         """For a checkpoint's ``state.json`` (:meth:`from_state` reads it back)."""
