@@ -68,6 +68,15 @@ VARIANTS.update({
     **{f"paw_rho_{rho}": {"algo": "grpo", "paw": True, "rho": rho} for rho in (0.1, 0.5)},
     **{f"paw_alpha_{alpha}": {"algo": "grpo", "paw": True, "alpha": alpha}
        for alpha in (0.25, 0.5, 1.0)},
+    # Issue 49: the PaW term without the groups that carry no advantage signal, or without the
+    # invalid actions (whose next observation is the env's error text); and a run that rolls
+    # back to its best checkpoint when it collapses (training.infra.collapse).
+    **{f"{algo}_paw_{name}": {"algo": algo, "paw": True, field: False}
+       for algo in ("grpo", "gigpo")
+       for name, field in (("signal", "wm_zero_signal_groups"), ("valid", "wm_invalid_actions"))},
+    **{f"{variant}_rollback": {"algo": algo, "paw": paw, "save_every": 1, "keep_checkpoints": 1,
+                               "on_collapse": "rollback"}
+       for variant, algo, paw in (("grpo", "grpo", False), ("grpo_paw", "grpo", True))},
 })
 #: (variant, baseline) pairs the report compares.
 PAIRS = [("grpo_paw", "grpo"), ("gigpo_paw", "gigpo"), ("paw_ce", "grpo_paw"),
@@ -75,7 +84,10 @@ PAIRS = [("grpo_paw", "grpo"), ("gigpo_paw", "gigpo"), ("paw_ce", "grpo_paw"),
          ("paw_none", "grpo_paw"), ("paw_none", "grpo"), ("grpo_std_norm_off", "grpo"),
          ("grpo_entropy", "grpo"), ("paw_sampled_score", "grpo_paw"),
          ("rloo_paw", "rloo"), ("ppo_paw", "ppo"),
-         *[(v, "grpo_paw") for v in VARIANTS if v.startswith(("paw_rho_", "paw_alpha_"))]]
+         *[(v, "grpo_paw") for v in VARIANTS if v.startswith(("paw_rho_", "paw_alpha_"))],
+         ("grpo_paw_signal", "grpo_paw"), ("grpo_paw_valid", "grpo_paw"),
+         ("gigpo_paw_signal", "gigpo_paw"), ("gigpo_paw_valid", "gigpo_paw"),
+         ("grpo_rollback", "grpo"), ("grpo_paw_rollback", "grpo_paw")]
 RESULTS = Path(__file__).resolve().parent / "results"
 
 

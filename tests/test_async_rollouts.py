@@ -123,8 +123,10 @@ def test_the_overlap_is_measured_against_the_phases_alone_and_slower_says_so():
 
     overlap = Overlap()
     assert overlap.add(True, 1.0, 100, 2.0, 1000, 30.0) == {}  # the timed update (worker start)
-    rows = [overlap.add(False, 1.4, 100, 3.3, 1000, 3.5) for _ in range(3)]
-    assert [row["sync_step_estimate"] for row in rows] == pytest.approx([3.0] * 3)
+    rows = [overlap.add(False, 1.4, 100, 3.3, 1000, 3.5) for _ in range(Overlap.SETTLE - 1)]
+    assert overlap.slower_line((1, 1), 2) is None  # not yet
+    rows.append(overlap.add(False, 1.4, 100, 3.3, 1000, 3.5))
+    assert [row["sync_step_estimate"] for row in rows] == pytest.approx([3.0] * Overlap.SETTLE)
     assert rows[-1]["async_speedup"] == pytest.approx(3.0 / 3.5)
     assert overlap.slower_line((1, 1), 2) == (
         "async_rollouts is slower here than the synchronous trainer: 3.50 s per update against "

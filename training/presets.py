@@ -183,4 +183,4 @@ WM_SCORES = ("wm_exact", "wm_token", "wm_token_kept", "wm_token_changed")
 #: The per-update training metrics each result keeps.
 CURVE_KEYS = ("step", "success", "reward", "action_entropy", "invalid_frac", "wm_leak",
               "lambda_mean", "wm_term", "wm_clipped_frac", "wm_selected", "wm_trained_frac",
-              "wm_active_tokens", "transitions")
+              "wm_active_tokens", "transitions", "zero_advantage_groups")
