@@ -4,7 +4,9 @@ Observations are ALFWorld's own text (the intro with ``Your task is to: ...`` at
 engine's feedback after each step); actions are bare ALFWorld commands (``go to countertop 1``).
 Reward is 10 when the task is won (the episode then terminates), 0 otherwise. A command that is
 not admissible changes nothing: ALFWorld answers ``Nothing happens.``, reward 0 and
-``info["invalid_action"] = True``.
+``info["invalid_action"] = True``. A copy of the env (``pickle``, ``copy.deepcopy``) holds its
+episode as the game and the commands played: the engine (a ctypes handle) is not copied but
+loaded again, and the commands replayed, so the copy goes on exactly as the original would.
 
 Example:
     >>> import gymnasium as gym, paw_gym
@@ -103,6 +105,9 @@ class ALFWorldEnv(TextEnv):
         self._engine = None
         self._expert = None
         self.game: GameRecord | None = None
+        #: The expert's seed and every command of the episode so far (what a copy replays).
+        self._expert_seed = 0
+        self._commands: list[str] = []
 
     def __repr__(self) -> str:
         return (f"ALFWorldEnv(split={self.split!r}, source={self.source!r}, games={len(self.games)}, "
@@ -125,11 +130,10 @@ class ALFWorldEnv(TextEnv):
 
     def _reset(self, options: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         self.game = self._pick_game(options)
+        self._expert_seed = int(self.np_random.integers(2**31))
+        self._commands = []
+        intro = self._start_episode()
         engine = self.engine
-        intro = engine.reset(self.game.game_file)
-        self._expert = EpisodeExpert(self.game.game_file, self._walkthrough(),
-                                     int(self.np_random.integers(2**31)), engine.name_facts)
-        self._expert.record("", True, intro, engine.admissible_commands, engine.raw_facts(), engine.won)
         return intro, self.make_info(
             task_description=task_sentence(intro), task_type=self.game.task_type,
             task_id=self.game.task_id, admissible_actions=engine.admissible_commands,
@@ -138,19 +142,49 @@ class ALFWorldEnv(TextEnv):
     def _step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
         if self.game is None:
             raise RuntimeError("call reset() before step()")
-        engine = self.engine
         command = action.strip()
+        self._commands.append(command)
+        feedback, valid = self._play(command)
+        engine = self.engine
+        info = {"admissible_actions": engine.admissible_commands, "won": engine.won,
+                "invalid_action": not valid}
+        return feedback, WIN_REWARD * engine.won, engine.won, info
+
+    def _start_episode(self) -> str:
+        """Load ``self.game`` into the engine and start its expert; returns the intro."""
+        engine = self.engine
+        intro = engine.reset(self.game.game_file)
+        self._expert = EpisodeExpert(self.game.game_file, self._walkthrough(),
+                                     self._expert_seed, engine.name_facts)
+        self._expert.record("", True, intro, engine.admissible_commands, engine.raw_facts(),
+                            engine.won)
+        return intro
+
+    def _play(self, command: str) -> tuple[str, bool]:
+        """One command in the engine, told to the expert; returns the feedback and whether it
+        was admissible."""
+        engine = self.engine
         valid = command in engine.admissible_commands
         if valid:
             feedback, _ = engine.step(command)
             facts = engine.raw_facts()
         else:  # what ALFWorld answers; the state (and so the facts) stay as they were
             feedback, facts = NOTHING_HAPPENS, self._expert.last_facts
-        won = engine.won
-        self._expert.record(command, valid, feedback, engine.admissible_commands, facts, won)
-        info = {"admissible_actions": engine.admissible_commands, "won": won,
-                "invalid_action": not valid}
-        return feedback, WIN_REWARD * won, won, info
+        self._expert.record(command, valid, feedback, engine.admissible_commands, facts,
+                            engine.won)
+        return feedback, valid
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The env without its engine and expert (ctypes handles, no Python objects to copy);
+        :meth:`__setstate__` makes them again from the game and the commands played."""
+        return {**self.__dict__, "_engine": None, "_expert": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.game is not None:  # mid-episode: the same game, the same commands
+            self._start_episode()
+            for command in self._commands:
+                self._play(command)
 
     # -- expert -----------------------------------------------------------------------------
     def _expert_action(self) -> str:

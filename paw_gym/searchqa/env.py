@@ -4,7 +4,10 @@ Each turn the agent's text must hold exactly one ``<search>query</search>`` (obs
 top-k passages as ``<information>Doc 1(Title: "T") text\\nDoc 2(...) ...</information>``) or
 ``<answer>text</answer>`` (ends the episode; reward 1.0 on exact match with a gold alias).
 Anything else is an invalid turn: Search-R1's correction message, reward 0, nothing changes
-(the -0.01 penalty is the ParseAction wrapper's job). ``gym.make`` caps episodes at 4 turns::
+(the -0.01 penalty is the ParseAction wrapper's job). ``gym.make`` caps episodes at 4 turns.
+A copy of the env (``pickle``, ``copy.deepcopy``: a process-based vector env, a search agent)
+holds how its retriever was built, not the index: the copy gets the process's shared one,
+built once there from the same settings::
 
     import gymnasium as gym, paw_gym
     env = gym.make("PaW/SearchQA-v0")                     # embedded knowledge base, BM25
@@ -39,6 +42,14 @@ _TAGS = ("search", "answer")
 # 80 copies builds one index, not 80).
 _RETRIEVERS: dict[tuple, Retriever] = {}
 _RETRIEVERS_LOCK = threading.Lock()
+
+
+def _documents(source: tuple) -> list[Document] | None:
+    """The passages a retriever was built over, again: the embedded knowledge base of
+    ``("kb", seed, scale)``, the corpus file of ``("corpus", path)``, none for ``("none",)``."""
+    if source[0] == "kb":
+        return build_kb(KBConfig(seed=source[1], scale=source[2])).documents
+    return load_corpus(source[1]) if source[0] == "corpus" else None
 
 
 def parse_action(text: str) -> tuple[str, str] | None:
@@ -100,7 +111,10 @@ class SearchQAEnv(TextEnv):
                 documents = load_corpus(corpus)
         if not self.examples:
             raise ValueError(f"dataset {dataset!r} split {split!r} has no questions")
-        self.retriever = self._shared_retriever(retriever, documents, source, index,
+        #: How the retriever is built (None: a Retriever given as is), for a copy to rebuild it.
+        self._retriever_settings = None if isinstance(retriever, Retriever) else \
+            (retriever, source, index, dense_model, dense_index_type)
+        self.retriever = self._shared_retriever(retriever, lambda: documents, source, index,
                                                 dense_model, dense_index_type)
         self.example: QAExample = self.examples[0]
         self.history: list[tuple[str, str]] = []
@@ -108,19 +122,36 @@ class SearchQAEnv(TextEnv):
 
     @staticmethod
     def _shared_retriever(spec, documents, source, index, dense_model, dense_index_type) -> Retriever:
+        """The process's retriever of these settings, built the first time (``documents``: a
+        function giving the passages, called only then)."""
         if isinstance(spec, Retriever):
             return spec
         if not isinstance(spec, str):
             raise ValueError(f"retriever must be 'bm25', 'dense', a URL or a Retriever, got {spec!r}")
-        if documents is None and not spec.startswith(("http://", "https://")):
+        if source == ("none",) and not spec.startswith(("http://", "https://")):
             raise ValueError(f"retriever {spec!r} over a question file needs corpus=<passages.jsonl>; "
                              "or pass retriever='http://host:port/retrieve' of a running server")
         key = (spec, source, str(index), dense_model, dense_index_type)
         with _RETRIEVERS_LOCK:
             if key not in _RETRIEVERS:
                 options = {"model": dense_model, "index_type": dense_index_type} if spec == "dense" else {}
-                _RETRIEVERS[key] = make_retriever(spec, documents, index=index, **options)
+                _RETRIEVERS[key] = make_retriever(spec, documents(), index=index, **options)
             return _RETRIEVERS[key]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The env without its retriever (a C index is no Python object to copy), which
+        :meth:`__setstate__` takes again from how it was built."""
+        state = dict(self.__dict__)
+        if self._retriever_settings is not None:
+            state["retriever"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self._retriever_settings is not None:
+            spec, source, index, dense_model, dense_index_type = self._retriever_settings
+            self.retriever = self._shared_retriever(
+                spec, lambda: _documents(source), source, index, dense_model, dense_index_type)
 
     # -- Gymnasium ------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
