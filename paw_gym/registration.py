@@ -142,6 +142,19 @@ def env_creator(env_id: str) -> Callable[..., gym.Env]:
     return entry_point
 
 
+def has_expert(env_id: str) -> bool:
+    """Whether ``env_id``'s env has a scripted expert (``expert_action()``), read from its
+    registered class without building it (True where a factory function hides the class)."""
+    from paw_gym.core import TextEnv
+
+    creator = env_creator(env_id)
+    if not isinstance(creator, type):
+        return True
+    if issubclass(creator, TextEnv):
+        return creator._expert_action is not TextEnv._expert_action
+    return callable(getattr(creator, "expert_action", None))
+
+
 def check_env_id(env_id: str) -> None:
     """Raise ``ValueError`` for an id nobody registered, naming the nearest registered text env
     and listing them all."""
@@ -153,6 +166,11 @@ def check_env_id(env_id: str) -> None:
         hint = f"did you mean {nearest[0]}? " if nearest else ""
         raise ValueError(f"unknown env id {env_id!r}; {hint}registered text envs: "
                          f"{', '.join(text_envs)} (`paw-gym envs` describes them)")
+    entry_point = gym.spec(env_id).entry_point
+    if isinstance(entry_point, str) and entry_point.startswith("gymnasium.envs."):
+        raise ValueError(f"{env_id!r} is one of Gymnasium's own envs, whose observations are "
+                         f"not text; one with discrete actions plays as text through "
+                         f"PaW/Text-v0 (env_kwargs env_id={env_id}), or see `paw-gym envs`")
 
 
 def env_parameters(env_id: str) -> dict[str, Any] | None:

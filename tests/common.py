@@ -36,14 +36,18 @@ TIMING_METRICS = frozenset({"rollout_time", "step_time", "update_time", "tokens_
 
 
 _HOLD = ("import sys, time\nfrom paw_gym.outputs import claim_folder\n"
-         "claim_folder(sys.argv[1], 'sft', False)\nprint('claimed', flush=True)\ntime.sleep(60)")
+         "claim_folder(sys.argv[1], 'sft', sys.argv[2:] == ['overwrite'])\n"
+         "print('claimed', flush=True)\ntime.sleep(60)")
 
 
 @contextlib.contextmanager
-def held_by_another_process(folder: Path) -> Iterator[subprocess.Popen]:
+def held_by_another_process(folder: Path, overwrite: bool = False
+                            ) -> Iterator[subprocess.Popen]:
     """``folder`` claimed through the output guard by another Python process (its command line
-    ``-c <folder>``) for the ``with`` block; that process is killed at its end."""
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(folder)],
+    ``-c <folder>``; ``overwrite``: claimed with --overwrite) for the ``with`` block; that
+    process is killed at its end."""
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(folder),
+                               *(["overwrite"] if overwrite else [])],
                               cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE,
                               text=True)
     try:

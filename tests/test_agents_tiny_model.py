@@ -99,7 +99,8 @@ def test_cli_pretrains_on_noisy_expert_episodes(tmp_path, capsys, loss_on):
 
 
 @pytest.mark.parametrize("flags, named", [
-    (["--pretrain-steps", "-1"], "pretrain_steps=-1 is invalid; expected an integer >= 0"),
+    (["--pretrain-steps", "-1"],
+     "pretrain_steps=-1 is invalid; expected an integer in [0, 10,000,000]"),
     (["--epsilon", "2"], "epsilon=2.0 is invalid; expected a probability in [0, 1]"),
     (["--pretrain-loss-on", "obs"], "--pretrain_loss_on"),
     (["--pretrain-steps", "5", "--env", "Test/GuessNumber-v0", "--pretrain-episodes", "0"],

@@ -143,7 +143,8 @@ def test_a_dead_remote_env_is_one_line(tmp_path, capsys):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    assert main(["play", "--env", "PaW/Remote-v0", "--env_kwargs", f"url={url}"]) == 2
+    assert main(["play", "--env", "PaW/Remote-v0", "--agent", "random", "--env_kwargs",
+                 f"url={url}"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"paw-gym play: error: PaW/Remote-v0 url='{url}': no env server "
                           f"answers at {url}") and err.count("\n") == 1

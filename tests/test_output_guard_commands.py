@@ -1,9 +1,14 @@
 """The output guard through every command that writes an output folder, as a user runs them:
-``--overwrite true`` keeps and reports the user's files, a second writer is refused, an
-interrupted checkpoint is never loaded, a damaged weight file is caught by eval and --resume."""
+``--overwrite true`` keeps and reports the user's files (planted where the guard once recorded
+patterns, and claimed by a hand-edited manifest), the lock, manifest and journal are never
+written through a symlink, a second writer is one line, an interrupted checkpoint is never
+loaded, a damaged weight file is caught by eval and --resume."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
 import subprocess
 import sys
@@ -11,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from paw_gym.outputs import JOURNAL, LOCK, MARKER, OWN_FILES
 from tests.common import GUESS_ID, held_by_another_process
 from tests.test_outputs import ROOT, _users_files
 from training.cli import main
@@ -37,31 +43,110 @@ def _command(name: str, model: Path, work: Path) -> list[str]:
     }[name]
 
 
-@pytest.mark.parametrize("name", ["build-tiny-model", "sft", "train-wm", "train"])
-def test_overwrite_keeps_and_reports_a_users_file_folder_and_symlink(name, tiny_model_dir,
-                                                                     tmp_path, capsys):
+#: Per command, user files where the guard once recorded a pattern, before anything was written
+#: (``--overwrite true`` deleted every file matching one): none of them is paw-gym's.
+PLANTED = {
+    "build-tiny-model": [".notes.tmp", "sub/.draft.tmp"],
+    "sft": [".notes.tmp"],
+    "train-wm": [".notes.tmp"],
+    "train": ["wandb/notes.txt", "replay/update-notes.txt", "tensorboard/events.out.tfevents.x",
+              "rollout-adapter-notes/a.txt", "config.before-step-notes.yaml", ".notes.tmp"],
+}
+COMMANDS = list(PLANTED)
+#: A user's file where the command writes, then reads back (train-wm trains on every record
+#: in the replay it records): refused, in one line, before anything is removed.
+REFUSED = {"train-wm": "replay/mydata.jsonl", "train": "config.before-step-000001.yaml"}
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_overwrite_keeps_every_users_entry_and_believes_no_hand_edited_record(
+        name, tiny_model_dir, tmp_path, capsys):
+    """A file, folder and symlink of the user's, files where a pattern once matched, and a
+    manifest edited by hand to claim them (a pattern, a digest of other content, a path
+    outside the folder): ``--overwrite true`` removes the earlier output and nothing else."""
     command = _command(name, tiny_model_dir, tmp_path)
     out = tmp_path / "out"
     assert main(command) == 0
     ours = _listing(out)
-    kept = _users_files(out, tmp_path / "outside")
+    _users_files(out, tmp_path / "outside")
+    for planted in PLANTED[name]:
+        (out / planted).parent.mkdir(parents=True, exist_ok=True)
+        (out / planted).write_text(f"the user's {planted}")
+    (tmp_path / "precious.txt").write_text("the user's, beside the folder")
+    _hand_edit(out, tmp_path / "precious.txt")
+    before = _snapshot(tmp_path, skip=ours)
     capsys.readouterr()
     assert main(command) == 2
     assert f"already holds the output of an earlier `paw-gym {name}`" in capsys.readouterr().err
-    assert main([*command, "--overwrite", "true"]) == 0
-    assert f"kept 3 entries it did not write: {', '.join(kept)}" in capsys.readouterr().err
-    assert (out / "notes.txt").read_text() == "mine"
-    assert (out / "mine" / "a.txt").read_text() == "mine too"
-    assert (out / "data").is_symlink() and \
-        (tmp_path / "outside" / "data.txt").read_text() == "the user's data"
-    now = [name for name in _listing(out) if not name.startswith(("notes", "mine", "data"))]
+    if name in REFUSED:
+        refused = out / REFUSED[name]
+        refused.parent.mkdir(parents=True, exist_ok=True)
+        refused.write_text("the user's")
+        assert main([*command, "--overwrite", "true"]) == 2
+        error = capsys.readouterr().err.strip().splitlines()
+        assert len(error) == 1 and f"holds '{REFUSED[name]}', which paw-gym did not write" \
+            in error[0], error
+        assert _snapshot(tmp_path, skip=ours) == {**before, f"out/{REFUSED[name]}": b"the user's"}
+        refused.unlink()  # the user moves it away
+    assert main([*command, "--overwrite", "true"]) == 0, capsys.readouterr().err
+    assert "kept" in capsys.readouterr().err
+    assert _snapshot(tmp_path, skip=ours) == before  # every entry of the user's, as it was
+    assert (out / "data").is_symlink()
+    now = [entry for entry in _listing(out) if f"out/{entry}" not in before]
     assert now == ours  # the same output again, nothing of the first left over
+
+
+def _hand_edit(out: Path, outside: Path) -> None:
+    """Records a user could write into the manifest (or a damaged one could hold)."""
+    manifest = json.loads((out / MARKER).read_text())
+    wrong = {"size": 3, "sha256": "0" * 64}
+    exact = {"size": outside.stat().st_size,
+             "sha256": hashlib.sha256(outside.read_bytes()).hexdigest()}
+    manifest["files"].update({"**": wrong, "notes.txt": wrong, f"../{outside.name}": exact,
+                              str(outside): exact, "mine/../notes.txt": exact})
+    manifest.update(written=["**"], folders=["mine", ".."], argv=["\x1b[2J"], extra=1)
+    (out / MARKER).write_text(json.dumps(manifest))
+
+
+def _snapshot(folder: Path, skip: list[str]) -> dict[str, bytes | str]:
+    """Every entry under ``folder`` but those of ``skip`` (relative to its ``out/``) and the
+    guard's own: a file's bytes, a symlink's target, a folder's name."""
+    found: dict[str, bytes | str] = {}
+    for path in sorted(folder.rglob("*")):
+        name = path.relative_to(folder).as_posix()
+        inside = name.removeprefix("out/")
+        if name.startswith(("out/", "outside", "precious")) and not (
+                inside in skip or path.name in OWN_FILES or inside == "out"
+                or re.sub(r"transitions-[^/]*\.jsonl$", "transitions-*.jsonl", inside) in skip):
+            found[name] = f"-> {os.readlink(path)}" if path.is_symlink() else \
+                "folder" if path.is_dir() else path.read_bytes()
+    return found
 
 
 def _listing(folder: Path) -> list[str]:
     """Every path under ``folder``, a replay shard's per-writer name made generic."""
     return sorted(re.sub(r"transitions-[^/]*\.jsonl$", "transitions-*.jsonl",
                          p.relative_to(folder).as_posix()) for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_the_lock_manifest_and_journal_are_never_written_through_a_symlink(
+        name, tiny_model_dir, tmp_path, capsys):
+    command = _command(name, tiny_model_dir, tmp_path)
+    out = tmp_path / "out"
+    precious = tmp_path / "precious.txt"
+    for own in (LOCK, MARKER, JOURNAL):
+        precious.write_text("the user's")
+        out.mkdir(exist_ok=True)
+        (out / own).symlink_to(precious)
+        for flags in ([], ["--overwrite", "true"]):
+            assert main([*command, *flags]) == 2
+            error = capsys.readouterr().err.strip().splitlines()
+            assert len(error) == 1 and f"{own} is a symlink; paw-gym never writes through " \
+                "one" in error[0], error
+        assert precious.read_text() == "the user's"
+        assert [p.name for p in out.iterdir()] == [own]
+        (out / own).unlink()
 
 
 def test_train_refuses_a_users_config_and_data_where_it_writes(tiny_model_dir, tmp_path,
@@ -75,8 +160,8 @@ def test_train_refuses_a_users_config_and_data_where_it_writes(tiny_model_dir, t
     assert "holds 2 entries paw-gym did not write; pass --overwrite true" in \
         capsys.readouterr().err
     assert main([*command, "--overwrite", "true"]) == 2
-    assert "holds 'config.yaml', which paw-gym did not write and `paw-gym train` would write " \
-           "over" in capsys.readouterr().err
+    assert "holds 'config.yaml', which paw-gym did not write, and `paw-gym train` would " \
+           "write over it" in capsys.readouterr().err
     assert (out / "config.yaml").read_text() == "the user's own config\n"
     assert (out / "replay" / "mine.jsonl").is_file()
 
@@ -85,10 +170,26 @@ def test_a_second_writer_of_an_output_folder_is_refused_in_one_line(tiny_model_d
                                                                    capsys):
     out = tmp_path / "out"
     with held_by_another_process(out) as holder:
-        for name in ("sft", "train"):
+        for name in COMMANDS:
             assert main([*_command(name, tiny_model_dir, tmp_path), "--overwrite", "true"]) == 2
             error = capsys.readouterr().err.strip().splitlines()
             assert len(error) == 1 and f"is being written by pid {holder.pid}" in error[0], error
+
+
+@pytest.mark.heavy
+def test_two_trains_started_together_give_the_loser_one_line(tiny_model_dir, tmp_path):
+    """Whichever check the loser meets (the folder being written, or already written), it is
+    one line, exit 2."""
+    command = [sys.executable, "-m", "training.cli", *_command("train", tiny_model_dir,
+                                                                tmp_path)]
+    runs = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True) for _ in range(2)]
+    results = sorted((run.wait(), run.stderr.read()) for run in runs)
+    (won, _), (lost, error) = results
+    assert (won, lost) == (0, 2), results
+    lines = [line for line in error.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("paw-gym train: error: --output_dir") and (
+        "is being written by pid" in lines[0] or "already holds the output" in lines[0]), lines
 
 
 _KILL_IN_CHECKPOINT = """

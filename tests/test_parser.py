@@ -33,12 +33,16 @@ def usage_error(capsys, *argv: str) -> str:
     return err
 
 
-def _changed(name: str, kind, default):
-    """A valid value of field ``name`` that differs from its default."""
+def _changed(field: dataclasses.Field, kind, default):
+    """A valid value of ``field`` that differs from its default (inside its declaration)."""
+    name = field.name
     special = {"device": "cuda:1", "rollout_backend": "vllm", "lora": True,
                "rollout_correction": "token_mask"}  # which rollout_correction_two_sided takes
     if name in special:
         return special[name]
+    declared = field.metadata.get("text")
+    if declared is not None and declared.kind == "env_id":
+        return "PaW/Shelf-v0"
     optional, base = optional_base(kind)
     origin = typing.get_origin(base) or base
     if optional and default is not None:
@@ -50,7 +54,9 @@ def _changed(name: str, kind, default):
     if base is int:
         return 3 if default is None else default + 1
     if base is float:
-        return 0.25 if default is None else (default / 2 if default else 0.5)
+        value = 0.25 if default is None else (default / 2 if default else 0.5)
+        bounds = field.metadata.get("bounds")
+        return value if bounds is None or bounds.admits(value) else -value
     if base is str:
         return "a path/with spaces" if default is None else f"x-{default}"
     if origin is list:
@@ -69,11 +75,12 @@ APART = (*SHARDING_FIELDS, "async_rollouts")
 def changed_train_config() -> TrainConfig:
     kinds = typing.get_type_hints(TrainConfig)
     defaults = TrainConfig()
-    return TrainConfig(**{f.name: _changed(f.name, kinds[f.name], getattr(defaults, f.name))
+    return TrainConfig(**{f.name: _changed(f, kinds[f.name], getattr(defaults, f.name))
                           for f in dataclasses.fields(TrainConfig)
                           if f.name not in APART})
 
 
+@pytest.mark.filterwarnings("ignore::training.infra.checked_config.IneffectiveSetting")
 def test_every_train_config_field_round_trips_through_its_flag(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     # The flags' round trip, not this machine's: its device (cuda:1) is checked elsewhere.
@@ -150,10 +157,12 @@ def test_env_kwargs_errors_name_the_item_and_repeats_add_up():
     assert parse_env_kwargs("tasks=[a, b],name='x,y'") == {"tasks": ["a", "b"], "name": "x,y"}
     from training.commands.build_tiny_model import TinyModelArguments
 
-    arguments = arguments_from(parse("build-tiny-model", "--output_dir", "o", "--env", "A", "--env",
-                                     "B,C", "--env_kwargs", "a=1", "--env_kwargs", "b=2"),
+    arguments = arguments_from(parse("build-tiny-model", "--output_dir", "o", "--env",
+                                     "PaW/Shelf-v0", "--env", "PaW/Taxi-v0,PaW/Sokoban-v0",
+                                     "--env_kwargs", "a=1", "--env_kwargs", "b=2"),
                                TinyModelArguments)
-    assert arguments.envs == ["A", "B", "C"] and arguments.env_kwargs == {"a": 1, "b": 2}
+    assert arguments.envs == ["PaW/Shelf-v0", "PaW/Taxi-v0", "PaW/Sokoban-v0"]
+    assert arguments.env_kwargs == {"a": 1, "b": 2}
 
 
 def test_every_flag_of_every_command_has_both_spellings():
@@ -261,18 +270,18 @@ def test_a_bad_config_file_is_one_user_error(tmp_path):
         arguments_from(parse("train", "--config", str(tmp_path / "nope.yaml")), TrainConfig)
 
 
-@pytest.mark.parametrize("command", [
-    ["train", "--env_id", "PaW/WebShp-v0", "--output_dir"],
-    ["sft", "--record_env", "PaW/WebShp-v0", "--output_dir"],
-    ["build-tiny-model", "--env", "PaW/WebShp-v0", "--output_dir"],
-    ["play", "--env", "PaW/WebShp-v0", "--replay"],
+@pytest.mark.parametrize("command, field", [
+    (["train", "--env_id", "PaW/WebShp-v0", "--output_dir"], "env_id"),
+    (["sft", "--record_env", "PaW/WebShp-v0", "--output_dir"], "record_env"),
+    (["build-tiny-model", "--env", "PaW/WebShp-v0", "--output_dir"], "envs"),
+    (["play", "--env", "PaW/WebShp-v0", "--replay"], "env"),
 ])
-def test_unknown_env_ids_are_one_line_listing_text_envs(tmp_path, capsys, command):
+def test_unknown_env_ids_are_one_line_listing_text_envs(tmp_path, capsys, command, field):
     assert main([*command, str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1, err
-    assert f"paw-gym {command[0]}: error: unknown env id 'PaW/WebShp-v0'; did you mean " \
-           "PaW/WebShop-v0?" in err
+    assert f"paw-gym {command[0]}: error: {field}: unknown env id 'PaW/WebShp-v0'; did you " \
+           "mean PaW/WebShop-v0?" in err
     assert GUESS_ID in err and "PaW/Shelf-v0" in err
     assert "phys2d/" not in err and "tabular/" not in err  # Gymnasium's own, not text envs
 

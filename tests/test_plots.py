@@ -1,6 +1,5 @@
 """Training curves (training.infra.plots, `paw-gym plot`): readable panels, validation, seed bands."""
 
-import argparse
 import json
 import statistics
 from pathlib import Path
@@ -10,7 +9,6 @@ import yaml
 
 pytest.importorskip("matplotlib")
 
-from training.commands import plot as plot_command  # noqa: E402
 from training.commands.common import UserError  # noqa: E402
 from training.infra.plots import plot_curves  # noqa: E402
 from training.infra.plots import Run, Series, ema, load_run, make_figure, plot_runs  # noqa: E402
@@ -211,9 +209,9 @@ def test_plot_runs_overlays_runs_and_groups(tmp_path):
 
 
 def cli(*argv: str) -> int:
-    parser = argparse.ArgumentParser(prog="paw-gym")
-    plot_command.add_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["plot", *argv])
+    from training.cli import build_parser
+
+    args = build_parser().parse_args(["plot", *argv])
     return args.func(args)
 
 
@@ -242,7 +240,7 @@ def test_cli_names_the_bad_input(tmp_path):
     with pytest.raises(UserError, match=r"--metrics rewrd: not a metric these runs logged; "
                                         r"choose from: .*reward"):
         cli(str(run), "--metrics", "reward,rewrd", "--out", str(tmp_path / "x.png"))
-    with pytest.raises(UserError, match="--group 'PaW' must look like NAME=GLOB"):
+    with pytest.raises(UserError, match="groups='PaW' is invalid; expected NAME=GLOB"):
         cli("--group", "PaW")
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "metrics.jsonl").write_text('{"step": 1, "reward": 1.0}\n')

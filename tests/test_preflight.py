@@ -20,16 +20,25 @@ def test_a_sound_config_passes_and_creates_only_its_output_folder(tiny_model_dir
     assert list((tmp_path / "run").iterdir()) == []
 
 
-@pytest.mark.parametrize("overrides, message, missing_file", [
+@pytest.mark.parametrize("overrides, message", [
     ({"env_id": "PaW/Shelv-v0"},
-     "unknown env id 'PaW/Shelv-v0'; did you mean PaW/Shelf-v0? registered text envs: ", False),
+     "env_id: unknown env id 'PaW/Shelv-v0'; did you mean PaW/Shelf-v0? registered text envs: "),
+    ({"init_checkpoint": "runs/nowhere/step-000001"},
+     "init_checkpoint='runs/nowhere/step-000001' does not exist"),
+])
+def test_what_the_config_declares_is_refused_when_it_is_made(tiny_model_dir, tmp_path,
+                                                             overrides, message):
+    with pytest.raises(ValueError) as caught:
+        _config(tiny_model_dir, tmp_path, **overrides)
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("overrides, message, missing_file", [
     ({"env_kwargs": {"colour": "red"}},
      "env_kwargs ['colour'] are not arguments of PaW/Shelf-v0; it accepts ['split', "
      "'shelf_sizes']", False),
     ({"model": "runs/nowhere/model"}, "model folder 'runs/nowhere/model' does not exist", True),
     ({"model": "not a model"}, "model 'not a model' is neither a folder nor a hub id", False),
-    ({"init_checkpoint": "runs/nowhere/step-000001"},
-     "init_checkpoint 'runs/nowhere/step-000001' is not a folder", True),
 ])
 def test_each_mistake_is_one_line_naming_the_value(tiny_model_dir, tmp_path, overrides, message,
                                                    missing_file):
@@ -55,14 +64,17 @@ def test_an_earlier_run_is_refused_unless_resumed_or_overwritten(tiny_model_dir,
         preflight(_config(tiny_model_dir, tmp_path))
     preflight(_config(tiny_model_dir, tmp_path), resume=True)
     with pytest.raises(PreflightError, match="holds 'metrics.jsonl', which paw-gym did not "
-                                             "write and `paw-gym train` would write over"):
+                                             "write, and `paw-gym train` would write over it"):
         preflight(_config(tiny_model_dir, tmp_path, overwrite=True))
 
 
 def test_a_file_in_the_way_of_the_output_folder_is_refused(tiny_model_dir, tmp_path):
+    config = _config(tiny_model_dir, tmp_path)
     (tmp_path / "run").write_text("mine")
+    with pytest.raises(ValueError, match="output_dir=.* is a file; give a folder"):
+        _config(tiny_model_dir, tmp_path)  # when made
     with pytest.raises(PreflightError, match="output_dir .* is a file; give a folder"):
-        preflight(_config(tiny_model_dir, tmp_path))
+        preflight(config)  # and when it became one after
     assert (tmp_path / "run").read_text() == "mine"
 
 
@@ -87,8 +99,8 @@ def test_the_demo_runs_it_before_any_work(tmp_path, capsys):
 
     assert main(["demo", "--env_id", "PaW/Shelv-v0", "--output_dir", str(tmp_path / "demo")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("paw-gym demo: error: unknown env id 'PaW/Shelv-v0'; did you mean "
-                          "PaW/Shelf-v0?") and err.count("\n") == 1
+    assert err.startswith("paw-gym demo: error: env_id: unknown env id 'PaW/Shelv-v0'; did you "
+                          "mean PaW/Shelf-v0?") and err.count("\n") == 1
     assert not (tmp_path / "demo").exists()
 
 
@@ -113,7 +125,7 @@ def test_the_trl_trainer_checks_its_model_before_trl_loads_it(tmp_path):
     args = PaWGRPOConfig(output_dir=str(tmp_path / "trl"), report_to=[], use_cpu=True)
     with pytest.raises(PreflightError, match="model folder .*missing' does not exist"):
         PaWGRPOTrainer(model=str(tmp_path / "missing"), env=env, args=args)
-    with pytest.raises(PreflightError, match="did you mean PaW/Shelf-v0"):
+    with pytest.raises(ValueError, match="did you mean PaW/Shelf-v0"):
         EnvRollout("PaW/Shelv-v0", max_steps=2)
 
 

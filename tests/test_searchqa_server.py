@@ -160,7 +160,7 @@ def test_serve_retriever_rejects_a_missing_corpus(tmp_path, capsys):
     from training.cli import main
 
     assert main(["serve-retriever", "--corpus", str(tmp_path / "nope.jsonl")]) == 2
-    assert "is not a file" in capsys.readouterr().err
+    assert "corpus='" in (err := capsys.readouterr().err) and "nope.jsonl' does not exist" in err
 
 
 def test_a_port_in_use_is_an_os_error_and_the_command_says_it_in_one_line(server, retriever,

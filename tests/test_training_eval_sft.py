@@ -82,11 +82,12 @@ def test_eval_defaults_to_the_held_out_split_and_names_bad_values(tmp_path, caps
     assert "--split='test': Test/GuessNumber-v0 has no splits (it takes no split argument)" \
         in capsys.readouterr().err
     assert main(["eval", "--env", "PaW/Shelf-v0", "--agent", "random", "--max_steps", "0"]) == 2
-    assert "max_steps=0 is invalid; expected an integer >= 1" in capsys.readouterr().err
+    assert "max_steps=0 is invalid; expected an integer in [1, 100,000]" in \
+        capsys.readouterr().err
     for command in (["eval", "--env", "PaW/Shelf-v0"], ["eval-wm"]):  # files stay inside --out
         assert main([*command, "--model", "m", "--name", "../../x",
                      "--output_dir", str(tmp_path / "out")]) == 2
-        assert "--name '../../x': give a plain file name" in capsys.readouterr().err
+        assert "name='../../x': give a plain file name" in capsys.readouterr().err
     assert not (tmp_path / "out").exists() and not (tmp_path.parent.parent / "x.md").exists()
 
 

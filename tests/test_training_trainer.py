@@ -365,7 +365,8 @@ def test_resuming_with_another_model_or_lora_setting_is_one_clear_error(tiny_mod
     PaWTrainer(_config(tiny_model_dir, tmp_path, total_steps=1, save_every=1, lora=False)).train()
     other = build_tiny_model(["<action>guess 1</action> Go higher."] * 50, tmp_path / "micro",
                              size="micro")
-    with pytest.raises(CheckpointMismatch, match=r"holds the weights of another model"):
+    with pytest.raises(CheckpointMismatch, match=r"other weight settings \(model '.*nano' "
+                                                 r"there, '.*micro' here\)"):
         PaWTrainer(_config(other, tmp_path, total_steps=2, lora=False)).train(resume=True)
     with pytest.raises(CheckpointMismatch, match=r"other weight settings \(lora False there, "
                                                  r"True here\)"):
@@ -376,8 +377,8 @@ def test_resuming_with_another_model_or_lora_setting_is_one_clear_error(tiny_mod
     assert main(["train", "--model", str(other), "--env_id", "Test/GuessNumber-v0",
                  "--output_dir", str(tmp_path / "run"), "--lora", "false", "--device", "cpu",
                  "--total_steps", "2", "--progress", "false", "--resume"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "holds the weights of another model" in err
+    err = capsys.readouterr().err  # before the model loads: from the checkpoint's settings
+    assert err.count("\n") == 1 and "was saved with other weight settings (model" in err
 
 
 def test_settings_mistakes_surface_before_the_model_loads(tmp_path):
@@ -385,10 +386,9 @@ def test_settings_mistakes_surface_before_the_model_loads(tmp_path):
                             ({"env_kwargs": {"colour": "red"}},
                              r"env_kwargs \['colour'\] are not arguments of PaW/Shelf-v0; it "
                              r"accepts \['split', 'shelf_sizes'\]")]:
-        config = TrainConfig(**{"model": str(tmp_path / "never-loaded"),
-                                "env_id": "PaW/Shelf-v0", **kwargs})
-        with pytest.raises(ValueError, match=message):
-            PaWTrainer(config)
+        with pytest.raises(ValueError, match=message):  # when the config is made, or by the
+            PaWTrainer(TrainConfig(**{"model": str(tmp_path / "never-loaded"),  # trainer
+                                      "env_id": "PaW/Shelf-v0", **kwargs}))
 
 
 def test_a_logged_run_prints_each_phase_of_an_update(tiny_model_dir, tmp_path, capsys):

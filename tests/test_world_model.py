@@ -293,29 +293,35 @@ def test_eval_wm_refuses_the_split_of_an_output_of_the_earlier_id_keyed_train_wm
     (["train-wm", "--method", "ppo", "--replay", "."], "invalid choice: 'ppo'"),
     (["train-wm", "--tau", "1.5", "--replay", "."], "tau=1.5 is invalid; expected a cosine in [-1, 1]"),
     (["train-wm", "--group_size", "1", "--replay", "."], "group_size=1 is invalid; expected an integer >= 2 for rwml"),
-    (["train-wm", "--steps", "0", "--replay", "."], "steps=0 is invalid; expected an integer >= 1"),
+    (["train-wm", "--steps", "0", "--replay", "."],
+     "steps=0 is invalid; expected an integer in [1, 10,000,000]"),
     (["train-wm", "--rho", "-1", "--replay", "."], "rho=-1.0 is invalid; expected a probability in [0, 1]"),
     (["train-wm", "--lr", "nan", "--replay", "."], "lr=nan is invalid; expected a number (finite)"),
-    (["train-wm"], "give --replay DIR"),
-    (["train-wm", "--replay", "/no/such/replay"], "--replay '/no/such/replay' does not exist"),
+    (["train-wm", "--model", "TINY"], "give --replay DIR"),
+    (["train-wm", "--replay", "/no/such/replay"], "replay='/no/such/replay' does not exist"),
     (["train-wm", "--record_env", "PaW/Shelf-v9"], "unknown env id 'PaW/Shelf-v9'"),
     (["eval-wm", "--replay", "."], "give --model or --checkpoint"),
-    (["eval-wm", "--from_predictions", "/no/such.jsonl"], "is not a file"),
+    (["eval-wm", "--from_predictions", "/no/such.jsonl"],
+     "from_predictions='/no/such.jsonl' does not exist"),
     (["eval-wm", "--split", "test", "--model", "m"], "invalid choice: 'test'"),
     (["eval-wm", "--tau", "-2", "--model", "m"], "tau=-2.0 is invalid; expected a cosine in [-1, 1]"),
 ])
-def test_the_cli_refuses_bad_values_in_one_line(argv, message, capsys, tmp_path):
+def test_the_cli_refuses_bad_values_in_one_line(argv, message, capsys, tmp_path,
+                                                tiny_model_dir):
+    argv = [str(tiny_model_dir) if arg == "TINY" else arg for arg in argv]
     assert main([*argv, *(["--output_dir", str(tmp_path)] if argv[0] == "train-wm" else [])]) \
         == 2
     error = capsys.readouterr().err.strip()
     assert "\n" not in error and message in error, error
 
 
-def test_train_wm_keeps_a_users_output_folder_unless_overwrite(tmp_path, capsys):
+def test_train_wm_keeps_a_users_output_folder_unless_overwrite(tmp_path, capsys,
+                                                               tiny_model_dir):
     out = tmp_path / "wm"
     out.mkdir()
     (out / "model.safetensors").write_text("a user's model")
-    assert main(["train-wm", "--record_env", "PaW/Shelf-v0", "--output_dir", str(out)]) == 2
+    assert main(["train-wm", "--record_env", "PaW/Shelf-v0", "--model", str(tiny_model_dir),
+                 "--output_dir", str(out)]) == 2
     assert "already holds 1 entries paw-gym did not write; pass --overwrite true" in \
         capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == ["model.safetensors"]

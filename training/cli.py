@@ -24,9 +24,11 @@ its attribute docstring, so
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
+import warnings
 
 from training.commands.common import UserError
 from training.commands.flags import CommandParser
@@ -90,20 +92,56 @@ def main(argv: list[str] | None = None) -> int:
         from paw_gym.progress import quiet_libraries
 
         quiet_libraries()
-    from paw_gym.outputs import close_claims
+    from paw_gym.data_files import DataFileError
+    from paw_gym.outputs import GUARD_ERRORS, close_claims
 
+    # A mistake of the user's, wherever it is found: in the arguments, in a data file (one
+    # reader per kind), or by the output guard (a folder in use, a user's file in the way, a
+    # damaged or incomplete model).
+    mistakes = (UserError, PreflightError, DataFileError, *GUARD_ERRORS)
     status = 1
     try:
-        status = int(args.func(args) or 0)
-        return status
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except (UserError, PreflightError) as error:
-        print(f"paw-gym {args.command}: error: {error}", file=sys.stderr)
-        return 2
-    finally:  # an output folder is complete only when its command succeeded
-        close_claims(complete=status == 0)
+        try:
+            with _settings_that_do_nothing_said_in_one_line(args.command):
+                status = int(args.func(args) or 0)
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            status = 130
+        except mistakes as error:
+            print(f"paw-gym {args.command}: error: {_one_line(error)}", file=sys.stderr)
+            status = 2
+    finally:
+        try:  # an output folder is complete only when its command succeeded
+            close_claims(complete=status == 0)
+        except GUARD_ERRORS as error:  # its lock was taken over while it wrote
+            print(f"paw-gym {args.command}: error: {_one_line(error)}", file=sys.stderr)
+            status = 2
+    return status
+
+
+@contextlib.contextmanager
+def _settings_that_do_nothing_said_in_one_line(command: str):
+    """Print each :class:`~training.infra.checked_config.IneffectiveSetting` warning as one
+    line, ``paw-gym COMMAND: warning: ...`` (other warnings as Python prints them)."""
+    from training.infra.checked_config import IneffectiveSetting
+
+    with warnings.catch_warnings():  # restores both below
+        shown = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if issubclass(category, IneffectiveSetting):
+                print(f"paw-gym {command}: warning: {message}", file=sys.stderr, flush=True)
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        warnings.simplefilter("default", IneffectiveSetting)  # once per setting and run
+        yield
+
+
+def _one_line(error: BaseException) -> str:
+    """``error``'s message on one line (a path or value with a newline in it included)."""
+    return " ".join(str(error).split("\n"))
 
 
 if __name__ == "__main__":  # python -m training.cli (torchrun, accelerate launch)

@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agents.serialization import WMContext
-from training.infra.checked_config import CheckedConfig, bounded, field_types, optional_base
+from training.infra.checked_config import (MAX_LORA_RANK, MAX_TOKENS, CheckedConfig, bounded,
+                                           env_id, field_types, input_folder, model_name,
+                                           only_with, optional_base, output_folder, text)
 from training.infra.config_values import parse_value
 
 #: Every linear layer of a Qwen2 (or Llama) block: where LoRA adapters go unless a config says.
@@ -35,38 +37,47 @@ RolloutCorrection = Literal["none", "sampler_clip", "token_truncate", "token_mas
                             "sequence_truncate", "sequence_mask"]
 ALGOS: tuple[str, ...] = typing.get_args(Algo)
 
+# What some settings need to do anything (``only_with``: another value is warned about).
+_WITH_LORA = only_with("lora is true", lambda c: c.lora)
+_WITH_PAW = only_with("paw is true", lambda c: c.paw)
+_WITH_GIGPO = only_with("algo is gigpo", lambda c: c.algo == "gigpo")
+_WITH_PPO = only_with("algo is ppo", lambda c: c.algo == "ppo")
+_WITH_VALIDATION = only_with("val_every > 0 or val_before_train is true",
+                             lambda c: c.val_every > 0 or c.val_before_train)
+
 
 @dataclass
 class TrainConfig(CheckedConfig):
     """PaW training run. Defaults are the paper's WebShop settings where it states them."""
 
     # -- model -------------------------------------------------------------------------------
-    model: str = "Qwen/Qwen2.5-1.5B-Instruct"
+    model: str = model_name("Qwen/Qwen2.5-1.5B-Instruct")
     """The policy: a hub name, a local model folder, a .gguf file, or an offline model's name
     (``smollm2-135m-instruct``: ``agents.model_sources``); any AutoModelForCausalLM with a chat
     template."""
-    system_prompt: str | None = None
+    system_prompt: str | None = text(None)
     """The system message before every prompt. None (default): the env's prompt alone; a chat
     template that would insert its own default system message (SmolLM2's "You are a helpful AI
     assistant named SmolLM…", Qwen2.5's "You are Qwen…") gets an empty one instead
     (``agents.chat.ChatEncoder``). A string: that message ("": an empty one)."""
-    init_checkpoint: str | None = None
+    init_checkpoint: str | None = input_folder(None)
     """Start from these weights instead: a full model directory, or a LoRA adapter directory."""
     dtype: WeightDtype = "auto"
     """Weights dtype: auto, float32, bfloat16, float16, or float64 (CPU exactness checks); one
     the device cannot run (bfloat16 on a GPU without it) is refused before the model loads."""
-    device: str | None = None
+    device: str | None = text(None)
     """cpu, cuda, cuda:1 ... (None: CUDA when available). Under torchrun / accelerate launch
     each process takes its own GPU (leave unset or ``cuda``) or the CPU (``cpu``: gloo)."""
     lora: bool = True
     """Train LoRA adapters (peft) instead of all weights."""
-    lora_r: int = bounded(16, 1)
+    lora_r: int = bounded(16, 1, MAX_LORA_RANK, **_WITH_LORA)
     """LoRA rank."""
-    lora_alpha: int = 32
+    lora_alpha: int = bounded(32, 1, 10**6, **_WITH_LORA)
     """LoRA scaling numerator (scale = alpha / r)."""
-    lora_dropout: float = bounded(0.0, 0, 1, high_open=True, what="a probability")
+    lora_dropout: float = bounded(0.0, 0, 1, high_open=True, what="a probability", **_WITH_LORA)
     """Dropout on the LoRA branch."""
-    lora_target_modules: list[str] = field(default_factory=lambda: list(LORA_TARGET_MODULES))
+    lora_target_modules: list[str] = text(factory=lambda: list(LORA_TARGET_MODULES),
+                                          **_WITH_LORA)
     """Module names that get adapters."""
     gradient_checkpointing: bool = False
     """Recompute decoder activations in backward (less memory, ~30% more compute)."""
@@ -86,27 +97,28 @@ class TrainConfig(CheckedConfig):
     on the same base model that gets the current LoRA adapter, or with full fine-tuning every
     weight, before every rollout; needs an importable vLLM: the ``[vllm]`` extra on a GPU
     machine)."""
-    vllm_kwargs: dict[str, Any] = field(default_factory=dict)
+    vllm_kwargs: dict[str, Any] = field(default_factory=dict, metadata=only_with(
+        "rollout_backend is vllm", lambda c: c.rollout_backend == "vllm"))
     """Extra ``vllm.LLM`` arguments for ``rollout_backend: vllm`` (e.g.
     ``{gpu_memory_utilization: 0.5}``)."""
     # -- environment ---------------------------------------------------------------------------
-    env_id: str = "PaW/WebShop-v0"
+    env_id: str = env_id("PaW/WebShop-v0")
     """Registered text env to train on."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra gym.make arguments."""
-    template: str | None = None
+    template: str | None = text(None)
     """HistoryPrompt template: alfworld, webshop, search, a format string (None: env preset)."""
-    history_length: int | None = bounded(2, 0, note="none: the whole history")
+    history_length: int | None = bounded(2, 0, 10**5, note="none: the whole history")
     """Recent steps shown in the prompt (None: full history, the paper's search QA setting)."""
-    action_format: str | None = None
+    action_format: str | None = text(None)
     """ParseAction format: action (<action>) or search (<search>/<answer>) (None: env preset)."""
-    invalid_penalty: float | None = None
+    invalid_penalty: float | None = bounded(None, -1e6, 0, note="none: the env's preset")
     """Reward added to an invalid action (None: env preset, -0.1; search QA -0.01)."""
-    max_episode_steps: int | None = bounded(None, 1)
+    max_episode_steps: int | None = bounded(None, 1, 10**6)
     """Step limit (None: the env's registered limit)."""
-    r_max: float = bounded(10.0, 0, low_open=True)
+    r_max: float = bounded(10.0, 0, 1e9, low_open=True)
     """Largest attainable episode return (λ_g = 1 − R̄_g / r_max)."""
-    train_task_seeds: int = bounded(1_000_000, 1)
+    train_task_seeds: int = bounded(1_000_000, 1, 2**32)
     """Training tasks are env seeds drawn from [0, train_task_seeds)."""
     # -- rollout ------------------------------------------------------------------------------
     n_groups: int = bounded(16, 1, 10**6)
@@ -114,11 +126,11 @@ class TrainConfig(CheckedConfig):
     rolls out a contiguous share)."""
     group_size: int = bounded(8, 1, 10**5)
     """Trajectories per group (PPO: 1 trajectory per task, n_groups × group_size tasks)."""
-    temperature: float = bounded(1.0, 0, low_open=True)
+    temperature: float = bounded(1.0, 0, 100, low_open=True)
     """Rollout sampling temperature."""
-    max_new_tokens: int = bounded(512, 1, 10**6)
+    max_new_tokens: int = bounded(512, 1, MAX_TOKENS)
     """Longest response per step."""
-    max_prompt_len: int | None = bounded(None, 1)
+    max_prompt_len: int | None = bounded(None, 1, MAX_TOKENS)
     """Longest rollout prompt in tokens: longer prompts are cut from the left when sampled (as
     verl's ``truncation: left``), so the oldest history goes first. The paper's A.1 uses 2048
     (ALFWorld) and 4096 (WebShop, search QA). None: the model's context minus max_new_tokens."""
@@ -127,73 +139,74 @@ class TrainConfig(CheckedConfig):
     """Advantage estimator: grpo, gigpo, rloo or ppo."""
     paw: bool = True
     """World-model co-training on (False: the vanilla RL baseline)."""
-    wm_loss: Literal["cmae", "mae", "ce"] = "cmae"
+    wm_loss: Literal["cmae", "mae", "ce"] = field(default="cmae", metadata=_WITH_PAW)
     """WM token loss: cmae, mae or ce."""
     wm_context: WMContext = "next_turn"
     """Where o_{t+1} sits after the action (``agents.serialization``): ``next_turn`` (the
     environment's next chat message: end-of-turn, the template's user header, then o_{t+1}),
     ``end_of_turn`` (one end-of-turn token before it) or ``none`` (right after the action, in
     the policy's own turn: the ablation that taught the policy to write environment text)."""
-    alpha: float = bounded(0.75, 0, 1, low_open=True)
+    alpha: float = bounded(0.75, 0, 1, low_open=True, **_WITH_PAW)
     """Fraction of transitions (by action entropy) that get the WM loss."""
-    entropy_score: Literal["full", "sampled"] = "full"
+    entropy_score: Literal["full", "sampled"] = field(default="full", metadata=_WITH_PAW)
     """The action entropy that ranks transitions for the WM loss: ``full`` (mean entropy of the
     full next-token distribution at the action tokens; the paper's prose, "action-token
     entropy") or ``sampled`` (−mean q_i log q_i over the sampled tokens' probabilities q_i, the
     paper's §3.1 formula read literally). See docs/training.md."""
-    rho: float = bounded(0.2, 0, 1)
+    rho: float = bounded(0.2, 0, 1, **_WITH_PAW)
     """CMAE confidence threshold."""
-    adaptive_coef: bool = True
+    adaptive_coef: bool = field(default=True, metadata=_WITH_PAW)
     """Reward-adaptive λ_g (False: λ_g ≡ 1)."""
-    wm_zero_signal_groups: bool = True
+    wm_zero_signal_groups: bool = field(default=True, metadata=_WITH_PAW)
     """The WM term also trains on the transitions of groups whose advantages are all 0 (every
     episode scored the same: the RL term has no signal there). False leaves them out of the
     entropy selection (measured: docs/training.md, "When a run collapses")."""
-    wm_invalid_actions: bool = True
+    wm_invalid_actions: bool = field(default=True, metadata=_WITH_PAW)
     """The WM term also trains on transitions whose action the env rejected (their next
     observation is the env's error text). False leaves them out of the entropy selection."""
-    lambda_return: Literal["task", "total"] = "task"
+    lambda_return: Literal["task", "total"] = field(default="task", metadata=_WITH_PAW)
     """The return whose group mean R̄_g sets λ_g = max(0, 1 − R̄_g / r_max): ``task`` (the env's
     own reward, without invalid-action penalties: R̄_g ∈ [0, r_max], so λ_g ∈ [0, 1], as Eq. 10
     means it) or ``total`` (with the penalties, which push λ_g above 1 in groups without a win;
     the behaviour before issue 25)."""
-    lambda_clamp: bool = False
+    lambda_clamp: bool = field(default=False, metadata=_WITH_PAW)
     """Cap λ_g at 1 (matters only with ``lambda_return: total``, where penalties can make
     R̄_g < 0)."""
     norm_adv_by_std: bool = True
     """GRPO / GiGPO: divide group-centred returns by the group std (the paper's setting). False is
     "Dr. GRPO" (mean-centring only): with std normalisation, a group without a win whose returns
     differ only by invalid-action penalties gets advantages of ±1, as strong as a win."""
-    entropy_coef: float = bounded(0.0, 0)
+    entropy_coef: float = bounded(0.0, 0, 100)
     """Entropy bonus: subtract this × the mean action-token entropy (of the full next-token
     distribution, aggregated like the RL loss) from the objective; > 0 resists collapse onto
     fixed outputs."""
-    gamma: float = bounded(0.95, 0, 1)
+    gamma: float = bounded(0.95, 0, 1, **_WITH_GIGPO)
     """GiGPO step-level discount."""
-    gigpo_penalty: Literal["episode", "step"] = "episode"
+    gigpo_penalty: Literal["episode", "step"] = field(default="episode", metadata=_WITH_GIGPO)
     """GiGPO: where invalid-action penalties count. ``episode``: in the rewards, so in the
     episode return every step shares and in the discounted step returns. ``step`` (verl-agent's
     ``apply_invalid_action_penalty``): a step's episode score is the task return plus only its
     own penalty, and its step return G_t (of the env's rewards) gets only its own penalty."""
-    gigpo_episode_norm: Literal["trajectory", "step"] = "trajectory"
+    gigpo_episode_norm: Literal["trajectory", "step"] = field(default="trajectory",
+                                                              metadata=_WITH_GIGPO)
     """GiGPO: the group statistics of the episode advantage over the group's trajectories (each
     counted once; GiGPO's Eq. 3) or over its steps (verl-agent's default
     ``compute_mean_std_cross_steps``: a trajectory counts once per step it took)."""
-    omega: float = bounded(1.0, 0)
+    omega: float = bounded(1.0, 0, 1000, **_WITH_GIGPO)
     """GiGPO step-advantage weight."""
-    gigpo_similarity: float = bounded(1.0, 0, 1, low_open=True)
+    gigpo_similarity: float = bounded(1.0, 0, 1, low_open=True, **_WITH_GIGPO)
     """GiGPO anchor-state grouping: 1.0 groups identical states only; below 1, states of a
     rollout group at least this similar (normalised Indel similarity) share a group. The paper
     uses 0.9 for search QA."""
-    gae_gamma: float = bounded(1.0, 0, 1)
+    gae_gamma: float = bounded(1.0, 0, 1, **_WITH_PPO)
     """PPO: GAE discount over steps."""
-    gae_lambda: float = bounded(1.0, 0, 1)
+    gae_lambda: float = bounded(1.0, 0, 1, **_WITH_PPO)
     """PPO: GAE λ."""
-    clip_eps: float = bounded(0.2, 0, low_open=True)
+    clip_eps: float = bounded(0.2, 0, 100, low_open=True)
     """PPO-clip ε."""
-    clip_eps_high: float | None = bounded(None, 0, low_open=True)
+    clip_eps_high: float | None = bounded(None, 0, 100, low_open=True)
     """Upper clip ε (None: symmetric)."""
-    kl_coef: float = bounded(0.0, 0)
+    kl_coef: float = bounded(0.0, 0, 1000)
     """k3 KL-to-reference weight (reference = adapters disabled under LoRA)."""
     rl_agg: Literal["token", "sequence"] = "token"
     """RL loss aggregation inside a group: token or sequence."""
@@ -208,7 +221,8 @@ class TrainConfig(CheckedConfig):
     weights, the ratio against the stored log-probs (formulas: ``training.rl.correction``).
     Useful with vLLM rollouts or any sampler whose numerics or weights differ from the
     trainer's; the PaW term and the KL term take no weight."""
-    rollout_correction_cap: float = bounded(2.0, 1)
+    rollout_correction_cap: float = bounded(2.0, 1, 1e6, **only_with(
+        "rollout_correction is not none", lambda c: c.rollout_correction != "none"))
     """Cap C of ``rollout_correction`` (verl's token default 2; TRL's 3)."""
     rollout_correction_two_sided: bool = False
     """``token_mask`` / ``sequence_mask``: also mask a ratio below 1 / cap (verl's rejection
@@ -219,7 +233,8 @@ class TrainConfig(CheckedConfig):
     overlap (``training.rl.async_rollout``). One process (no torchrun), HF rollouts; the worker
     holds a second copy of the model. With a stale sampler the corrections other than
     ``sampler_clip`` are refused (docs/training.md, "Asynchronous rollouts")."""
-    max_staleness: int = bounded(1, 0, 10**3)
+    max_staleness: int = bounded(1, 0, 10**3, **only_with("async_rollouts is true",
+                                                           lambda c: c.async_rollouts))
     """With ``async_rollouts``: the most updates a rollout's sampling weights may be behind the
     weights it is trained on (0: the synchronous schedule, in the worker)."""
     # -- optimisation -------------------------------------------------------------------------
@@ -227,51 +242,51 @@ class TrainConfig(CheckedConfig):
     """RL updates (one rollout each)."""
     ppo_epochs: int = bounded(1, 1, 10**4)
     """Passes over each rollout."""
-    mini_batch_size: int = bounded(64, 0)
+    mini_batch_size: int = bounded(64, 0, 10**7)
     """Transitions per optimizer step (0: the whole rollout in one step); with several
     processes, all of them together."""
-    token_budget: int = bounded(16384, 1)
+    token_budget: int = bounded(16384, 1, MAX_TOKENS)
     """Padded tokens per micro-batch (bounds activation memory; gradients accumulate)."""
-    max_seq_len: int = bounded(4096, 1)
+    max_seq_len: int = bounded(4096, 1, MAX_TOKENS)
     """Longest serialised h ⊕ a ⊕ o row; the observation is cut first."""
     noise_gradient_metric: bool = False
     """Log the paper's Appendix A.4 diagnostic at every update: the share of the WM target-logit
     gradient on noisy next-observation tokens (ASIN codes, brand-like capitals) under CE, MAE
     and CMAE (``wm_noise_share_*``; ``training.rl.diagnostics``). Costs one no-grad pass over the
     WM rows."""
-    max_obs_tokens: int | None = bounded(512, 1)
+    max_obs_tokens: int | None = bounded(512, 1, MAX_TOKENS)
     """Observation tokens kept as the WM target (the first ones); None keeps all, as the paper
     (it states no cap; ``benchmarks/wm_target_lengths.py`` measures how often 512 cuts)."""
-    lr: float = bounded(1e-6, 0, what="a learning rate")
+    lr: float = bounded(1e-6, 0, 1, what="a learning rate")
     """Actor learning rate."""
-    critic_lr: float = bounded(1e-5, 0, what="a learning rate")
+    critic_lr: float = bounded(1e-5, 0, 1, what="a learning rate", **_WITH_PPO)
     """PPO critic learning rate."""
-    weight_decay: float = bounded(0.0, 0)
+    weight_decay: float = bounded(0.0, 0, 10)
     """AdamW weight decay."""
-    warmup_steps: int = bounded(0, 0)
+    warmup_steps: int = bounded(0, 0, 10**8)
     """Linear warm-up (optimizer steps)."""
     lr_schedule: Literal["constant", "cosine"] = "constant"
     """constant or cosine (after warm-up)."""
-    max_grad_norm: float = bounded(1.0, 0, low_open=True)
+    max_grad_norm: float = bounded(1.0, 0, 10**6, low_open=True)
     """Gradient clipping norm."""
-    logits_chunk: int = bounded(512, 1, note="positions per LM-head chunk")
+    logits_chunk: int = bounded(512, 1, MAX_TOKENS, note="positions per LM-head chunk")
     """Positions per LM-head chunk in the training pass: the head's transient memory is about
     ``3 × logits_chunk × vocab × 4`` bytes (≈ 0.9 GB for Qwen2.5's 152k vocabulary at 512)."""
     # -- validation -------------------------------------------------------------------------
-    val_every: int = bounded(0, 0, note="0: no validation")
+    val_every: int = bounded(0, 0, 10**7, note="0: no validation")
     """Evaluate on the held-out split every N updates (0: never), logged as ``val_*`` metrics
     (``val_success``, ``val_score``, ``val_invalid_frac``, ...; per task type
     ``val_success/<type>``) in the update's metrics record (verl-agent's ``test_freq``)."""
     val_before_train: bool = False
     """Also evaluate before the first update (logged at step 0)."""
-    val_split: str = "held-out"
+    val_split: str = text("held-out", **_WITH_VALIDATION)
     """Split played by validation: ``held-out`` (the env's held-out split) or a split name."""
-    val_limit: int | None = bounded(None, 1, note="none: every task")
+    val_limit: int | None = bounded(None, 1, 10**7, note="none: every task", **_WITH_VALIDATION)
     """Tasks per validation: a stratified subset of the split (None: every task once; an env
     that generates tasks from seeds plays 100)."""
-    val_temperature: float | None = bounded(None, 0, note="0: greedy")
+    val_temperature: float | None = bounded(None, 0, 100, note="0: greedy", **_WITH_VALIDATION)
     """Validation sampling temperature (None: 0.4, search QA 0.0, as the paper validates)."""
-    val_wm_replay: str | None = None
+    val_wm_replay: str | None = input_folder(None, **_WITH_VALIDATION)
     """A WM replay of held-out transitions on which every validation also reads the policy as
     a world model, in this run's ``wm_context``: ``val_wm_exact`` (share of next observations
     greedy decoding reproduces exactly), ``val_wm_token`` (share of their tokens that are
@@ -281,15 +296,15 @@ class TrainConfig(CheckedConfig):
     # -- bookkeeping --------------------------------------------------------------------------
     seed: int = bounded(0, 0, 2**32, high_open=True)
     """One seed for Python, NumPy, torch and the envs."""
-    output_dir: str = "runs/paw"
+    output_dir: str = output_folder("runs/paw")
     """Checkpoints, metrics.jsonl and curves go here. A new (not resumed) run refuses a folder
     that already holds a run unless ``overwrite``."""
     overwrite: bool = False
     """Start a new run in an ``output_dir`` that holds an earlier one, deleting that run's
     checkpoints, metrics and curves (nothing else in the folder)."""
-    save_every: int = bounded(10, 0, note="0: only at the end")
+    save_every: int = bounded(10, 0, 10**7, note="0: only at the end")
     """Checkpoint every N updates (0: only at the end)."""
-    keep_checkpoints: int = bounded(2, 1)
+    keep_checkpoints: int = bounded(2, 1, 10**4)
     """Most recent checkpoints kept on disk (and the best one, see ``on_collapse``)."""
     on_collapse: Literal["warn", "stop", "rollback"] = "warn"
     """When every episode of the rollouts (and validations) of ``collapse_patience`` updates in
@@ -297,20 +312,20 @@ class TrainConfig(CheckedConfig):
     line naming the best checkpoint; ``warn`` goes on, ``stop`` ends the run there,
     ``rollback`` loads the best checkpoint's weights and optimizer state and goes on from the
     current update."""
-    collapse_patience: int = bounded(3, 1)
+    collapse_patience: int = bounded(3, 1, 10**6)
     """Updates in a row without a win that make a collapse (``on_collapse``; 1 and 2 also
     caught runs that recovered, docs/training.md)."""
     tensorboard: bool = False
     """Also log to TensorBoard (needs tensorboard installed)."""
     wandb: bool = False
     """Also log to Weights & Biases (needs wandb installed)."""
-    wandb_project: str = "paw-gym"
+    wandb_project: str = text("paw-gym", **only_with("wandb is true", lambda c: c.wandb))
     """W&B project name."""
     progress: bool = True
     """Show a progress bar (in a terminal; a log file gets plain lines instead)."""
-    log_every: int = bounded(1, 0, note="0: no metrics lines")
+    log_every: int = bounded(1, 0, 10**7, note="0: no metrics lines")
     """Print one line of the update's main metrics every N updates (0: never)."""
-    num_env_workers: int = bounded(0, 0, note="0: envs in this process")
+    num_env_workers: int = bounded(0, 0, 1024, note="0: envs in this process")
     """Env worker processes per rollout (0: envs step in the trainer's process). Pays off for
     slow envs (ALFWorld, 32 envs: 2 workers on 2 cores take 0.58x the rollout time); costs
     ~20 ms per rollout on fast ones (benchmarks/README.md, "Env workers")."""
@@ -353,6 +368,9 @@ class TrainConfig(CheckedConfig):
         if self.async_rollouts and self.rollout_backend != "hf":
             raise bad("rollout_backend", "hf with async_rollouts (its worker samples with an HF "
                                          "policy; vLLM is not built for it)")
+        if self.async_rollouts and self.sharding == "fsdp":
+            raise bad("sharding", "ddp with async_rollouts (its worker is sent the whole "
+                                  "weights after every update; FSDP holds them in shards)")
         if (self.async_rollouts and self.max_staleness > 0
                 and self.rollout_correction not in ("none", "sampler_clip")):
             raise bad("rollout_correction", "none or sampler_clip with async_rollouts and "
@@ -365,8 +383,6 @@ class TrainConfig(CheckedConfig):
                       "token_mask or sequence_mask (only they mask)")
         if self.clip_eps_high is not None and not self.clip_eps_high >= self.clip_eps:
             raise bad("clip_eps_high", f"a number >= clip_eps ({self.clip_eps}) or none")
-        if self.val_wm_replay is not None and not Path(self.val_wm_replay).is_dir():
-            raise bad("val_wm_replay", "a WM replay folder (e.g. from paw-gym play --replay)")
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps|xpu(:\d+)?")
 
 
@@ -442,7 +458,8 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     if path is not None:
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"config file {str(path)!r} does not exist")
+            raise FileNotFoundError(f"config file {str(path)!r} "
+                                    f"{'is a folder' if path.is_dir() else 'does not exist'}")
         try:
             loaded = yaml.load(path.read_text(encoding="utf-8"), Loader=_unique_key_loader())
         except yaml.YAMLError as error:
@@ -499,10 +516,14 @@ def first_steps(path: str | Path | None) -> str | None:
 
 
 def save_config(config, path: str | Path) -> None:
+    """``config`` as YAML at ``path``, written atomically (and recorded as paw-gym's inside a
+    claimed output folder: :func:`paw_gym.outputs.write_text_atomically`)."""
     import yaml
 
-    Path(path).write_text(yaml.safe_dump(dataclasses.asdict(config), sort_keys=False),
-                          encoding="utf-8")
+    from paw_gym.outputs import write_text_atomically
+
+    write_text_atomically(Path(path), yaml.safe_dump(dataclasses.asdict(config),
+                                                     sort_keys=False))
 
 
 @functools.lru_cache(maxsize=None)

@@ -22,11 +22,13 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from agents.serialization import WMContext
 from paw_gym.progress import quiet_libraries
-from training.infra.checked_config import CheckedConfig, bounded, check_config
+from training.config import Algo
+from training.infra.checked_config import (MAX_TOKENS, CheckedConfig, bounded, check_config,
+                                           env_id, output_folder, text)
 
 
 #: Bump when the base-model recipe changes meaning, so cached bases are rebuilt.
@@ -40,35 +42,35 @@ class DemoConfig(CheckedConfig):
     ``configs/demo/webshop_sft.yaml`` holds the earlier WebShop settings (which do not learn at
     this scale, see docs/training.md)."""
 
-    env_id: str = "PaW/Shelf-v0"
+    env_id: str = env_id("PaW/Shelf-v0")
     """Embedded env to train and evaluate on."""
-    train_split: str = "train"
+    train_split: str = text("train")
     """Env split for expert demos and RL tasks."""
-    eval_split: str = "test"
+    eval_split: str = text("test")
     """Env split for the before/after evaluation (held-out tasks)."""
-    size: str = "nano"
+    size: Literal["nano", "micro", "mini"] = "nano"
     """Tiny model size: nano, micro or mini."""
-    expert_episodes: int = 1000
+    expert_episodes: int = bounded(1000, 1, 10**6)
     """Expert episodes recorded for the tokenizer, pretraining and SFT."""
     expert_epsilon: float = bounded(0.5, 0, 1, what="a probability")
     """Chance of a random admissible action at each demo step (imperfect demos; all episodes,
     won or not, are then imitated)."""
-    pretrain_steps: int = bounded(800, 0)
+    pretrain_steps: int = bounded(800, 0, 10**7)
     """Next-token pretraining steps on the demo transcripts h ⊕ a ⊕ o_next (0: none); see
     :mod:`training.warmstart.pretrain`."""
-    pretrain_lr: float = 1e-3
+    pretrain_lr: float = bounded(1e-3, 0, 1, low_open=True, what="a learning rate")
     """Pretraining learning rate."""
-    sft_epochs: int = bounded(0, 0)
+    sft_epochs: int = bounded(0, 0, 10**4)
     """SFT passes over the expert transitions (0: RL starts from the base model)."""
-    sft_lr: float = 3e-3
+    sft_lr: float = bounded(3e-3, 0, 1, low_open=True, what="a learning rate")
     """SFT learning rate."""
-    history_length: int = 0
+    history_length: int = bounded(0, 0, 10**5)
     """Steps of history in the prompt (paper: 2; 0 keeps CPU prompts short)."""
-    max_steps: int = 6
+    max_steps: int = bounded(6, 1, 10**5)
     """Per-episode step limit."""
-    max_new_tokens: int = 40
+    max_new_tokens: int = bounded(40, 1, MAX_TOKENS)
     """Longest response per step."""
-    algo: str = "grpo"
+    algo: Algo = "grpo"
     """RL estimator."""
     paw: bool = True
     """World-model co-training."""
@@ -79,59 +81,60 @@ class DemoConfig(CheckedConfig):
     """The pretraining transcripts' serialisation, where it should differ from ``wm_context``
     (None: the same). ``end_of_turn`` with ``wm_context: none`` rebuilds the pipeline before
     issue 25, whose PaW term taught small policies to write environment text."""
-    rl_steps: int = 20
+    rl_steps: int = bounded(20, 1, 10**7, note="the number of RL updates")
     """RL updates."""
-    n_groups: int = 8
+    n_groups: int = bounded(8, 1, 10**6)
     """Tasks per RL update."""
-    group_size: int = 8
+    group_size: int = bounded(8, 1, 10**5)
     """Rollouts per task."""
-    rl_lr: float = 3e-4
+    rl_lr: float = bounded(3e-4, 0, 1, what="a learning rate")
     """RL learning rate (full fine-tuning of the tiny model)."""
     norm_adv_by_std: bool = True
     """Divide group-centred returns by the group std (False: Dr. GRPO)."""
-    entropy_coef: float = 0.0
+    entropy_coef: float = bounded(0.0, 0, 100)
     """Entropy bonus weight."""
-    rl_mini_batch_size: int = 0
+    rl_mini_batch_size: int = bounded(0, 0, 10**7)
     """Transitions per optimizer step (0: one step on the whole rollout per update). Several
     PPO-clip steps per update (48 transitions each, the setting before issue 25's step-size
     fix) let one early update break the tiny model's response format on 6 of 20 runs over
     seeds 0–9 (``benchmarks/demo_stability.py``)."""
-    max_obs_tokens: int = 128
+    max_obs_tokens: int = bounded(128, 1, MAX_TOKENS)
     """Observation tokens kept as the world-model target (shorter: faster CPU updates)."""
-    train_pool: int = bounded(1_000_000, 1)
+    train_pool: int = bounded(1_000_000, 1, 2**32)
     """RL draws its tasks from the train-split seeds [0, train_pool) (the WebShop settings use
     a small fixed pool: the nano model does not generalise there, see docs/training.md)."""
-    pool_eval_repeats: int = bounded(1, 1)
+    pool_eval_repeats: int = bounded(1, 1, 10**6)
     """Episodes per pool goal in the before/after table of the training pool (its first
     ``eval_episodes`` goals)."""
-    eval_episodes: int = 200
+    eval_episodes: int = bounded(200, 1, 10**6)
     """Held-out prompts of the reading probe, and pool tasks of the training-pool table."""
-    eval_limit: int | None = None
+    eval_limit: int | None = bounded(None, 1, 10**7, note="none: every task")
     """Held-out tasks in the before/after table: a stratified subset of the eval split (None:
     every task; Shelf's test split has 48, each target item with each shelf size)."""
-    eval_repeats: int = 4
+    eval_repeats: int = bounded(4, 1, 10**6)
     """Episodes per held-out task in the before/after table (same task, new samples)."""
-    val_every: int = 5
+    val_every: int = bounded(5, 0, 10**7, note="0: no validation")
     """Validation on the held-out tasks every N RL updates and before the first (0: none);
     the ``val_success`` curve in ``curves.png``."""
-    eval_temperature: float = 0.4
+    eval_temperature: float = bounded(0.4, 0, 100)
     """Validation temperature (paper: 0.4)."""
     seed: int = 0
     """Seeds everything."""
-    output_dir: str = "runs/demo"
+    output_dir: str = output_folder("runs/demo")
     """Where everything goes."""
     overwrite: bool = False
     """Replace an earlier demo (or anything paw-gym wrote) in ``output_dir``; refused
     otherwise, before any work."""
-    threads: int = 1
+    threads: int = bounded(1, 1, 1024)
     """torch CPU threads (the tiny model runs fastest on one; more threads only help an idle
     machine with a bigger model)."""
 
 
-#: What the demo writes into its output_dir (the output guard's records, :mod:`paw_gym.outputs`):
-#: all in place but base-model/ (staged); sft-model/ and rl/ hold their own command's records.
-DEMO_WRITES = ("expert-demos/*", "base-model/", "sft-model/", "rl/", "curves.png", "eval_*.md",
-               "eval_*.json", "eval_*.csv", "summary.json", "results.md")
+#: Where the demo writes in its output_dir (the output guard refuses a user's entry there,
+#: :mod:`paw_gym.outputs`): all in place but base-model/ (staged); sft-model/ and rl/ are
+#: outputs of their own (``sft``'s and ``train``'s claims), which judge what is inside them.
+DEMO_WRITES = ("expert-demos/**", "base-model/**", "sft-model/", "rl/", "curves.png",
+               "eval_*.md", "eval_*.json", "eval_*.csv", "summary.json", "results.md")
 
 
 def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
@@ -140,8 +143,7 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     from paw_gym.outputs import claim_folder
 
     check_demo_config(config)
-    with claim_folder(config.output_dir, "demo", config.overwrite, writes=DEMO_WRITES,
-                      records=DEMO_WRITES):
+    with claim_folder(config.output_dir, "demo", config.overwrite, writes=DEMO_WRITES):
         return _run_demo(config, Path(config.output_dir), log)
 
 
@@ -263,9 +265,10 @@ def check_demo_config(config: DemoConfig) -> None:
     """``ValueError`` naming the bad setting and what is accepted, before any work (the RL
     stage's settings are checked by :class:`~training.config.TrainConfig`, under the demo's
     names, and by :func:`~training.preflight.preflight`)."""
-    from training.preflight import preflight
+    from training.preflight import check_expert, preflight
 
     check_config(config)  # a config changed after it was made
+    check_expert(config.env_id, "env_id")  # its demos are the expert's
     try:
         rl = rl_config(config, Path(config.output_dir) / "base-model",
                        Path(config.output_dir) / "rl")

@@ -13,9 +13,10 @@ the local checks first and the one that may ask the hub last:
    go through);
 2. the launch: at least one rollout group per process;
 3. the outputs: ``output_dir`` holds no earlier run (unless resuming or ``overwrite``);
-4. the model: ``init_checkpoint``, when set, is a folder; the model is a folder holding a
-   Hugging Face model, or a hub id the cache or the hub has; with LoRA, every
-   ``lora_target_modules`` name is a layer of it (built on the meta device from its config);
+4. the model: a folder holding a Hugging Face model, or a hub id the cache or the hub has
+   (``init_checkpoint``, like every path a field reads, is checked when the config is made);
+   with LoRA, every ``lora_target_modules`` name is a layer of it (built on the meta device
+   from its config);
 5. ``output_dir`` can be written (created if missing: the only thing preflight leaves).
 
 The first mistake is one :class:`PreflightError` (a ``ValueError``) naming the bad value and
@@ -78,6 +79,16 @@ def check_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> None:
             check_settings(**(env_kwargs or {}))
     except ValueError as error:
         raise PreflightError(str(error)) from None
+
+
+def check_expert(env_id: str, name: str = "agent") -> None:
+    """``env_id`` has a scripted expert (``expert_action()``), which the expert agent, expert
+    demos and build-tiny-model's episodes follow; ``PaW/Remote-v0``'s protocol has none."""
+    from paw_gym.registration import has_expert
+
+    if not has_expert(env_id):
+        raise PreflightError(f"{name}: {env_id} has no scripted expert (expert_action()), so "
+                             "no expert can play it; use the random agent or a policy")
 
 
 def check_split(env_id: str, env_kwargs: dict[str, Any] | None, split: str | None,
@@ -252,13 +263,15 @@ def check_writable(folder: str | Path, name: str = "output_dir") -> None:
                              ) from None
 
 
-def preflight(config, *, resume: bool = False, world_size: int = 1, model: bool = True,
-              outputs: bool = True) -> None:
+def preflight(config, *, resume: bool | str | Path = False, world_size: int = 1,
+              model: bool = True, outputs: bool = True) -> None:
     """Check ``config``'s env, model, launch and outputs (see the module docstring).
 
     Args:
         config: a :class:`~training.config.TrainConfig`.
-        resume: the run continues one in ``output_dir`` (its files are expected there).
+        resume: the run continues one in ``output_dir`` (its files are expected there): True
+            from its latest checkpoint, or from the checkpoint folder given (either was
+            saved with the same model, LoRA, sharding and algorithm).
         world_size: processes in the launch.
         model: check ``config.model`` (False where the caller builds it first, as the demo).
         outputs: check ``output_dir`` (False where the caller owns the folder, as the demo).
@@ -273,12 +286,9 @@ def preflight(config, *, resume: bool = False, world_size: int = 1, model: bool 
     try:
         check_group_count(config, world_size)
         if outputs:
-            check_output_dir(config.output_dir, resume, config.overwrite)
+            check_output_dir(config, resume)
     except (ValueError, FileExistsError) as error:
         raise PreflightError(str(error)) from None
-    if config.init_checkpoint and not Path(config.init_checkpoint).is_dir():
-        raise PreflightError(f"init_checkpoint {config.init_checkpoint!r} is not a folder",
-                             missing_file=True)
     if model:
         check_model(config.model)
         check_lora_targets(config)

@@ -18,7 +18,7 @@ import torch
 
 from agents.serialization import TransitionSerializer
 from agents.types import Trajectory
-from paw_gym.outputs import Output, claim_folder
+from paw_gym.outputs import Output, claim_folder, seal, staged, write_text_atomically
 from paw_gym.progress import Progress, is_terminal, progress_bar, quiet_outside_terminal
 from training.config import TrainConfig, save_config
 from training.infra import checkpoint as ckpt
@@ -62,13 +62,16 @@ def replay_shard(step: int, rank: int, world_size: int) -> str:
     return name if world_size == 1 else f"{name}-rank{rank}"
 
 
-def drop_replay_after(folder: Path, step: int) -> None:
-    """Remove the replay shards of updates after ``step``: a resumed run redoes those updates
-    and records them again, so the replay holds every transition exactly once."""
-    for shard in folder.glob("update-*.jsonl"):
-        number = shard.stem.removeprefix("update-").split("-")[0]
-        if number.isdigit() and int(number) > step:
-            shard.unlink()
+def drop_replay_after(output: Output, step: int) -> None:
+    """Remove the replay shards of updates after ``step`` that the run recorded writing (a
+    resumed run redoes those updates and records them again, so the replay holds every
+    transition exactly once); a file of the user's there is left alone."""
+    for name in list(output.manifest["files"]):
+        folder, _, shard = name.rpartition("/")
+        number = shard.removeprefix("update-").split("-")[0].split(".")[0]
+        if folder == REPLAY_DIR and shard.startswith("update-") and number.isdigit() and \
+                int(number) > step:
+            output.remove(name)
 
 
 #: collect(policy, task_seeds, group_size, temperature, seed) -> trajectories grouped by task.
@@ -197,11 +200,11 @@ class PaWTrainer:
         """
         config, world = self.config, self.world
         out = Path(config.output_dir)
-        ckpt.check_output_dir(out, bool(resume), config.overwrite)
+        ckpt.check_output_dir(config, bool(resume))
         world.barrier()  # every rank has checked before rank 0 changes anything
         if world.is_main:  # with overwrite, the earlier run's recorded files go
             self.output = claim_folder(out, "train", config.overwrite,
-                                       writes=ckpt.TRAIN_WRITES, records=ckpt.TRAIN_WRITES,
+                                       writes=ckpt.train_writes(config),
                                        resume=bool(resume))
         world.barrier()
         try:
@@ -221,7 +224,7 @@ class PaWTrainer:
             self._resume(out, resume)
             if world.is_main:
                 self._announce_resume(out)
-                drop_replay_after(out / REPLAY_DIR, self.step)
+                drop_replay_after(self.output, self.step)
             world.barrier()
         # Rank 0 writes the config, the logs, the curves and the checkpoints; every rank
         # writes its own replay shards.
@@ -354,6 +357,11 @@ class PaWTrainer:
                     lambda_g=float(batch.group_lambda.get(trajectory.group_index, 0.0))))
         finally:
             replay.close()
+        if self.world.world_size > 1:  # the other ranks' shards, recorded once written
+            self.world.barrier()
+            if self.world.is_main:
+                for rank in range(self.world.world_size):
+                    seal(folder / f"{replay_shard(self.step, rank, self.world.world_size)}.jsonl")
 
     def _announce_resume(self, out: Path) -> None:
         """Say where the run continues, and warn (keeping the old ``config.yaml``) when the
@@ -369,7 +377,7 @@ class PaWTrainer:
             return
         kept = out / f"config.before-step-{self.step:06d}.yaml"
         if (out / "config.yaml").is_file() and not kept.exists():
-            kept.write_text((out / "config.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+            write_text_atomically(kept, (out / "config.yaml").read_text(encoding="utf-8"))
         listing = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
         warnings.warn(f"--resume with settings that differ from the checkpoint's ({listing}); "
                       f"the run continues with the new ones, and the previous config.yaml is "
@@ -517,7 +525,8 @@ class PaWTrainer:
                 name = "rollout-adapter" if self.world.world_size == 1 else \
                     f"rollout-adapter-rank{self.world.rank}"
                 path = Path(self.config.output_dir) / name
-                self.model.save_pretrained(path)
+                with staged(path) as folder:  # recorded as the run's, replaced whole
+                    self.model.save_pretrained(folder)
                 self.vllm.load_adapter(path)
             else:
                 self.vllm.load_weights((name, distributed.whole(param))
@@ -852,8 +861,9 @@ class PaWTrainer:
         try:
             if self.world.is_main:
                 if self.output is None:  # called outside train(): the run's folder, as it is
-                    self.output = claim_folder(out, "train", False, writes=ckpt.TRAIN_WRITES,
-                                               records=ckpt.TRAIN_WRITES, resume=True)
+                    self.output = claim_folder(out, "train", False,
+                                               writes=ckpt.train_writes(self.config),
+                                               resume=True)
                 with self.output.staged(path.relative_to(out).as_posix()) as staging:
                     self._write_checkpoint(staging)
                 ckpt.prune(self.output, self.config.keep_checkpoints,

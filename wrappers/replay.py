@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from paw_gym import outputs
 from paw_gym.data_files import (REPLAY_RECORD, BadRecord, check_rows, read_jsonl,
                                 report_bad)
 
@@ -116,6 +117,7 @@ class WMReplay:
                 self._roll_parquet_part()
             else:
                 os.close(self._fd)
+                outputs.seal(self._segment_path())  # in a claimed folder: recorded as written
         self._fd = None
 
     def __enter__(self) -> WMReplay:
@@ -143,7 +145,9 @@ class WMReplay:
                 f"transitions-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
             self._part, self._pending_rows, self._fd = 0, 0, None
         if self._fd is None:
-            self._fd = os.open(self._segment_path(), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._fd = os.open(self._segment_path(), os.O_WRONLY | os.O_APPEND | os.O_CREAT
+                               | os.O_NOFOLLOW, 0o644)
+            outputs.track(self._segment_path())  # in a claimed folder: recorded as paw-gym's
         if self._torn:  # an earlier record was cut short: start this one on a fresh line
             line = b"\n" + line
         written = 0
@@ -177,6 +181,7 @@ class WMReplay:
         tmp = final.with_suffix(".parquet.tmp")
         pq.write_table(table, tmp)
         os.replace(tmp, final)
+        outputs.seal(final)
         os.close(self._fd)
         pending.unlink()
         self._part, self._pending_rows, self._fd = self._part + 1, 0, None

@@ -32,6 +32,7 @@ from paw_gym.alfworld.generate import (
 from paw_gym.alfworld.scenes import SPLIT_DIRS, SPLITS
 from paw_gym.alfworld.tasks import TASK_TYPES
 from paw_gym.cache import alfworld_cache
+from paw_gym.data_files import DataFileError
 
 #: Games per task type and split in the cache built on first use (the CLI makes more).
 DEFAULT_CACHE_PER_TYPE = 3
@@ -187,9 +188,9 @@ def _read_json_object(path: Path) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path} is not valid JSON ({error})") from None
+        raise _refused(path, f"{path} is not valid JSON ({error})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a JSON object, got {type(data).__name__}")
+        raise _refused(path, f"{path} must hold a JSON object, got {type(data).__name__}")
     return data
 
 
@@ -198,7 +199,7 @@ def _check_game(path: Path, game: dict) -> None:
     games are listed, naming the file, rather than at the reset that happens to draw it."""
     for key in ("pddl_domain", "pddl_problem", "grammar"):
         if not isinstance(game.get(key), str) or not game[key].strip():
-            raise ValueError(f"{path}: {key!r} is missing or not text")
+            raise _refused(path, f"{path}: {key!r} is missing or not text")
     for key in ("pddl_domain", "pddl_problem"):
         depth = 0
         for line in game[key].splitlines():
@@ -209,10 +210,15 @@ def _check_game(path: Path, game: dict) -> None:
             if depth < 0:
                 break
         if depth != 0:
-            raise ValueError(f"{path}: {key!r} is not valid PDDL (unbalanced parentheses)")
+            raise _refused(path, f"{path}: {key!r} is not valid PDDL (unbalanced parentheses)")
     from paw_gym.alfworld.engine import is_stock_grammar
 
     if not is_stock_grammar(game["grammar"]):
-        raise ValueError(f"{path}: 'grammar' is not ALFWorld's stock alfred.twl2 with a plain "
-                         "task sentence; TextWorld would run its expressions as code, so the "
-                         "game is refused")
+        raise _refused(path, f"{path}: 'grammar' is not ALFWorld's stock alfred.twl2 with a "
+                       "plain task sentence; TextWorld would run its expressions as code, so the "
+                       "game is refused")
+
+
+def _refused(path: Path, message: str) -> DataFileError:
+    """A game file refused as data (every command prints it as one line)."""
+    return DataFileError(path, 0, message, message=message)

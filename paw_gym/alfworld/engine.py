@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from paw_gym.cache import alfworld_cache
+from paw_gym.data_files import DataFileError
 
 #: Admissible commands that are never offered (the game's own help text is not an action).
 HIDDEN_COMMANDS = frozenset({"help"})
@@ -68,10 +69,13 @@ def read_game(path: str | Path) -> dict:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, json.JSONDecodeError) as error:
-        raise ValueError(f"cannot read ALFWorld game {str(path)!r}: {error}") from error
-    missing = {"pddl_domain", "grammar", "pddl_problem"} - set(data)
+        message = f"cannot read ALFWorld game {str(path)!r}: {error}"
+        raise DataFileError(path, 0, message, message=message) from error
+    missing = {"pddl_domain", "grammar", "pddl_problem"} - set(data) if isinstance(data, dict) \
+        else {"an object"}
     if missing:
-        raise ValueError(f"ALFWorld game {str(path)!r} lacks {sorted(missing)}")
+        message = f"ALFWorld game {str(path)!r} lacks {sorted(missing)}"
+        raise DataFileError(path, 0, message, message=message)
     return data
 
 
@@ -336,8 +340,9 @@ class ALFWorldEngine:
     def _load(self, path: str, data: dict) -> LoadedGame:
         try:
             logic = self._logic(data["pddl_domain"], data["grammar"])
-        except ValueError as error:
-            raise ValueError(f"ALFWorld game {path!r}: {error}") from None
+        except ValueError as error:  # the grammar refused (data, not code)
+            message = f"ALFWorld game {path!r}: {error}"
+            raise DataFileError(path, 0, message, message=message) from None
         task, sas_text = _translate_cached(data["pddl_domain"], data["pddl_problem"])
         sas = sas_text.encode("utf-8")
         # Build the initial state the engine's way once, minus the replanning translation.

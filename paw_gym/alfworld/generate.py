@@ -69,7 +69,12 @@ def is_complete(config: GenerationConfig, split: str) -> bool:
     manifest = split_dir(config.out, split) / MANIFEST
     if not manifest.exists():
         return False
-    made = json.loads(manifest.read_text(encoding="utf-8"))
+    try:
+        made = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # damaged: generated again
+        return False
+    if not isinstance(made, dict):
+        return False
     made_with = (made.get("generator_version"), made.get("seed"), made.get("per_type"),
                  made.get("task_types"))
     return made_with == (GENERATOR_VERSION, config.seed, config.per_type, list(config.task_types))
@@ -110,12 +115,14 @@ def verify(engine, game_file: Path, commands: list[str]) -> str | None:
 
 
 def _write_game(folder: Path, task: TaskSpec, trial: str, description: str, solvable: bool) -> Path:
+    from paw_gym.outputs import write_text_atomically  # recorded in the split's manifest
+
     folder.mkdir(parents=True, exist_ok=True)
     game = pddl.game_json(task, trial, description, solvable)
     game_file = folder / "game.tw-pddl"
-    game_file.write_text(json.dumps(game), encoding="utf-8")
-    (folder / "traj_data.json").write_text(json.dumps(pddl.traj_json(task, description, trial), indent=1),
-                                           encoding="utf-8")
+    write_text_atomically(game_file, json.dumps(game))
+    write_text_atomically(folder / "traj_data.json",
+                          json.dumps(pddl.traj_json(task, description, trial), indent=1))
     return game_file
 
 
@@ -132,12 +139,12 @@ def generate_split(config: GenerationConfig, split: str, engine=None, bar=None) 
     check_replaceable(config, split)
     # paw-gym's own split (an interrupted run, or other settings) is replaced: the files the
     # output guard recorded go, anything else stays.
-    with claim_folder(root, "gen-alfworld", overwrite=True, writes=SPLIT_FILES,
-                      records=SPLIT_FILES) as output:
+    with claim_folder(root, "gen-alfworld", overwrite=True, writes=SPLIT_FILES) as output:
         return _generate_split(config, split, root, output, engine, bar)
 
 
-#: What a split's folder holds (records of the output guard, ``paw_gym.outputs``).
+#: Where generating writes in a split's folder (the output guard refuses a user's entry there,
+#: ``paw_gym.outputs``; each file is recorded as it is written).
 SPLIT_FILES = (MANIFEST, IN_PROGRESS, "*/trial_paw_*/game.tw-pddl", "*/trial_paw_*/traj_data.json")
 
 
@@ -146,7 +153,9 @@ def _generate_split(config: GenerationConfig, split: str, root: Path, output, en
     """:func:`generate_split` into its claimed ``root``."""
     from paw_gym.alfworld.engine import ALFWorldEngine
 
-    (root / IN_PROGRESS).write_text("", encoding="utf-8")
+    from paw_gym.outputs import write_text_atomically
+
+    write_text_atomically(root / IN_PROGRESS, "")
     own_engine = engine is None
     engine = engine or ALFWorldEngine(cache_size=1)
     written = rejected = 0
@@ -189,8 +198,8 @@ def _generate_split(config: GenerationConfig, split: str, root: Path, output, en
     manifest = {"generator_version": GENERATOR_VERSION, "seed": config.seed,
                 "per_type": config.per_type, "task_types": list(config.task_types),
                 "games": games, "rejected": rejected}
-    (root / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-    (root / IN_PROGRESS).unlink()
+    write_text_atomically(root / MANIFEST, json.dumps(manifest, indent=1))
+    output.remove(IN_PROGRESS)
     return written, rejected
 
 

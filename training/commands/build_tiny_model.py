@@ -7,46 +7,60 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from training.commands.flags import former_names
-from training.infra.checked_config import CheckedConfig, bounded
+from training.infra.checked_config import (CheckedConfig, bounded, env_id, module_name,
+                                           only_with, output_folder)
+
+_WITH_PRETRAINING = only_with("pretrain_steps > 0", lambda c: c.pretrain_steps > 0)
+
+
+#: Episodes per env and agent: every prompt and observation is kept in memory to train the
+#: tokenizer (a Shelf episode's text is ~1 kB: 100,000 episodes ~ 0.2 GB).
+MAX_EPISODES = 100_000
 
 
 @dataclass
 class TinyModelArguments(CheckedConfig):
     """What ``paw-gym build-tiny-model`` builds and from which env text."""
 
-    output_dir: str = field(metadata=former_names("out"))
+    output_dir: str = output_folder(**former_names("out"))
     """Output directory."""
-    envs: list[str] = field(default_factory=list, metadata={"aliases": ["--env"]})
+    envs: list[str] = env_id(factory=list, aliases=["--env"])
     """Env ids to take text from (--env A --env B, or --env A,B); none: only the templates."""
     size: Literal["nano", "micro", "mini"] = "nano"
     """nano ~1M, micro ~5M, mini ~20M parameters."""
-    episodes: int = bounded(16, 1)
+    episodes: int = bounded(16, 1, MAX_EPISODES)
     """Tasks per env and per agent (random, expert)."""
-    max_steps: int = 15
+    max_steps: int = bounded(15, 1, 10_000)
     """Step cap per episode."""
     seed: int = 0
     """Seeds the episodes and the weights."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Constructor arguments for the envs: key=value[,key=value] or a YAML mapping, e.g.
     split=test."""
-    pretrain_steps: int = bounded(0, 0)
+    pretrain_steps: int = bounded(0, 0, 10**7)
     """Then pretrain the model (next-token, on h ⊕ a ⊕ o_next; see --pretrain_loss_on) this many steps on
     --pretrain_episodes noisy-expert episodes per env, so that it reads its prompt
     (training.warmstart.pretrain); 0: random weights."""
-    pretrain_loss_on: Literal["all", "no_next_observation", "action"] = "all"
+    pretrain_loss_on: Literal["all", "no_next_observation", "action"] = field(
+        default="all", metadata=_WITH_PRETRAINING)
     """Which tokens pretraining trains (training.warmstart.pretrain.PretrainConfig.loss_on): all (the
     model also learns each action's next observation), no_next_observation (h ⊕ a only), action
     (the action tokens only). The last two give a start that never learned the env's
     dynamics."""
-    pretrain_episodes: int = bounded(1000, 1)
+    pretrain_episodes: int = bounded(1000, 1, MAX_EPISODES, **_WITH_PRETRAINING)
     """Episodes per env recorded for pretraining."""
-    epsilon: float = bounded(0.5, 0, 1, what="a probability")
+    epsilon: float = bounded(0.5, 0, 1, what="a probability", **_WITH_PRETRAINING)
     """Chance of a random admissible action at each pretraining-episode step (the rest follow
     the env's expert)."""
-    imports: list[str] = field(default_factory=list, metadata={"aliases": ["--import"]})
+    imports: list[str] = module_name(aliases=["--import"])
     """Modules to import first (e.g. one that registers a custom env)."""
     overwrite: bool = False
     """Replace what an earlier paw-gym command wrote in --output_dir (refused otherwise)."""
+
+    def _check_relations(self) -> None:
+        if self.pretrain_steps and not self.envs:
+            raise ValueError(f"pretrain_steps={self.pretrain_steps} needs at least one env "
+                             "(--env) to take episodes from")
 
 
 def add_parser(subparsers) -> None:
@@ -63,23 +77,15 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    import importlib
-
     from training.commands.common import UserError, claim_output_folder
     from paw_gym.outputs import MODEL_FILES
-    from training.preflight import check_env
+    from training.preflight import check_env, check_expert
     from training.commands.flags import arguments_from
 
-    arguments = arguments_from(args, TinyModelArguments)
-    for module in arguments.imports:
-        try:
-            importlib.import_module(module)
-        except ImportError as error:
-            raise UserError(f"--import {module}: {error}") from None
-    for env_id in arguments.envs:
-        check_env(env_id, arguments.env_kwargs)
-    if arguments.pretrain_steps and not arguments.envs:
-        raise UserError("--pretrain-steps needs at least one --env to take episodes from")
+    arguments = arguments_from(args, TinyModelArguments)  # imports the --import modules
+    for name in arguments.envs:  # each is played by its expert and a random agent
+        check_env(name, arguments.env_kwargs)
+        check_expert(name, "--env")
     claim_output_folder(arguments.output_dir, "build-tiny-model", arguments.overwrite,
                         writes=MODEL_FILES)
 

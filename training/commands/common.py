@@ -16,26 +16,16 @@ class UserError(Exception):
     """A mistake in what the user asked for: printed as one line, no traceback."""
 
 
-def check_file_name(name: str | None, flag: str) -> None:
-    """A ``--name`` that names files inside ``--output_dir``: a plain file name, so that nothing is
-    written outside ``--output_dir`` (``--name ../../x`` did)."""
-    if name is not None and (not name.strip() or Path(name).name != name
-                             or name in (".", "..")):
-        raise UserError(f"{flag} {name!r}: give a plain file name (no folders); the files go "
-                        "into --output_dir")
-
-
 def claim_output_folder(folder: str | Path, command: str, overwrite: bool,
-                        flag: str = "--output_dir", writes=(), records=()):
+                        flag: str = "--output_dir", writes=()):
     """A command's output folder, before any work: writable, and claimed through the output
-    guard (:func:`paw_gym.outputs.claim_folder`: ``writes`` and ``records`` as there); either
-    mistake is one :class:`UserError`. The claim ends with the command (``training.cli``)."""
+    guard (:func:`paw_gym.outputs.claim_folder`: ``writes`` as there); either mistake is one
+    :class:`UserError`. The claim ends with the command (``training.cli``)."""
     from paw_gym.outputs import OutputExists, claim_folder
 
     check_writable(folder, flag)
     try:
-        return claim_folder(folder, command, overwrite, flag=flag, writes=writes,
-                            records=records)
+        return claim_folder(folder, command, overwrite, flag=flag, writes=writes)
     except OutputExists as error:
         raise UserError(str(error)) from None
 

@@ -32,7 +32,7 @@ def run(args) -> int:
     except ValueError as error:
         raise UserError(str(error)) from error
     claim_output_folder(config.output_dir, "demo", config.overwrite,
-                        writes=DEMO_WRITES, records=DEMO_WRITES)
+                        writes=DEMO_WRITES)
     try:
         summary = run_demo(config)
     except (ValueError, FileNotFoundError) as error:  # a damaged cache or model, in one line

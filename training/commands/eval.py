@@ -8,7 +8,6 @@ env_kwargs, template, history length, step limit, token budget) unless a flag ov
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -16,67 +15,76 @@ from typing import Any, Literal
 AGENTS = ("policy", "react", "reflexion", "random", "expert")
 
 from training.commands.flags import former_names
-from training.infra.checked_config import CheckedConfig, bounded
+from training.infra.checked_config import (CheckedConfig, bounded, env_id, file_name,
+                                           input_folder, model_name, only_with, output_folder,
+                                           text)
+
+#: The agents that play a model (the others ignore the model's settings).
+MODEL_AGENTS = ("policy", "react", "reflexion")
+_WITH_MODEL = only_with("--agent is policy, react or reflexion",
+                        lambda c: c.agent in MODEL_AGENTS)
 
 
 @dataclass
 class EvalArguments(CheckedConfig):
     """What ``paw-gym eval`` plays and where it writes the tables."""
 
-    env: str | None = None
+    env: str | None = env_id(None)
     """Env id, e.g. PaW/WebShop-v0 (default: the env the --checkpoint was trained on)."""
-    model: str | None = None
+    model: str | None = model_name(None, **_WITH_MODEL)
     """Hub name, model folder, .gguf file or offline model name (smollm2-135m-instruct)."""
-    system_prompt: str | None = None
+    system_prompt: str | None = text(None, **_WITH_MODEL)
     """The system message before every prompt (default: the --checkpoint's, else none: a
     chat template's own default system message is replaced by an empty one;
     ``agents.chat.ChatEncoder``)."""
-    checkpoint: str | None = None
+    checkpoint: str | None = input_folder(None)
     """Trainer checkpoint, saved model or LoRA adapter directory; a training run or
     ``paw-gym demo`` folder: its latest checkpoint (named in the output)."""
     agent: Literal["policy", "react", "reflexion", "random", "expert"] = "policy"
     """policy (the model as is), react, reflexion, random or expert."""
-    split: str = "held-out"
+    split: str = text("held-out")
     """Env split: 'held-out' (the env's held-out split: WebShop test, ALFWorld
     eval_out_of_distribution, ...), a split name, or 'none' for an env without splits."""
-    limit: int | None = bounded(None, 1, note="none: every task")
+    limit: int | None = bounded(None, 1, 10**7, note="none: every task")
     """Play a deterministic stratified subset of this many tasks (default: every task of the
     split; an env that generates its tasks from the seed plays 100 seeds)."""
     repeats: int = bounded(1, 1, 10**6)
     """Episodes per task (same task, different samples)."""
     seed: int = 0
     """Task i is reset with seed + i; also seeds the sampling."""
-    temperature: float | None = bounded(None, 0, note="0: greedy")
+    temperature: float | None = bounded(None, 0, 100, note="0: greedy", **_WITH_MODEL)
     """Sampling temperature (default: 0.4, search QA 0.0, as the paper validates)."""
-    max_new_tokens: int | None = bounded(None, 1)
+    max_new_tokens: int | None = bounded(None, 1, 10**6, **_WITH_MODEL)
     """Token budget per action (default: the checkpoint's, else 512)."""
-    max_steps: int | None = bounded(None, 1)
+    max_steps: int | None = bounded(None, 1, 10**5)
     """Per-episode step limit on top of the env's (default: the checkpoint's
     max_episode_steps)."""
-    history_length: str | None = None
+    history_length: str | None = text(None, pattern=r"[0-9]+|all|none",
+                                      what="a non-negative integer or all")
     """Recent steps shown in the prompt: an integer or 'all' (default: the checkpoint's, else
     the env's preset)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Env constructor arguments, merged over the checkpoint's."""
-    trials: int = bounded(1, 1)
+    trials: int = bounded(1, 1, 1000, **only_with("--agent is reflexion",
+                                                  lambda c: c.agent == "reflexion"))
     """Reflexion trials per task."""
-    num_env_workers: int = bounded(0, 0)
+    num_env_workers: int = bounded(0, 0, 1024)
     """Env worker processes (0: envs step in this process; 2 halves ALFWorld's env time on
     2 cores)."""
-    device: str | None = None
+    device: str | None = text(None, **_WITH_MODEL)
     """Torch device of the policy (default: cuda when available, else cpu)."""
-    output_dir: str = field(default="runs/eval", metadata=former_names("out"))
+    output_dir: str = output_folder("runs/eval", **former_names("out"))
     """Output directory of the tables."""
-    name: str | None = None
+    name: str | None = file_name(None)
     """File stem of the tables (default: <agent>_<env>_<split>)."""
     overwrite: bool = False
     """Replace tables of the same name in --output_dir (refused otherwise)."""
     save_trajectories: bool = False
     """Also write every episode (prompt, raw output, parsed action, observation, reward per
     step) to <name>.trajectories.jsonl."""
-    show: int = bounded(0, 0)
+    show: int = bounded(0, 0, 10**6)
     """Print the first N episodes step by step (what the model wrote and what was parsed)."""
-    replay: str | None = None
+    replay: str | None = output_folder(None)
     """Also append every transition to this WM replay folder (the schema of expert demos and
     training rollouts; e.g. for paw-gym eval-wm or train-wm)."""
 
@@ -98,17 +106,13 @@ def run(args) -> int:
 
 def checkpoint_state(checkpoint: str | None) -> dict[str, Any]:
     """A trainer checkpoint's ``state.json`` (its ``step`` and the TrainConfig it was trained
-    with, ``config``), or {} for anything else."""
-    if checkpoint is None:
+    with, ``config``) through its schema (a damaged one is a ``DataFileError`` naming it), or
+    {} for anything else."""
+    from paw_gym.data_files import read_checkpoint_state
+
+    if checkpoint is None or not (Path(checkpoint) / "state.json").is_file():
         return {}
-    state_file = Path(checkpoint) / "state.json"
-    if not state_file.is_file():
-        return {}
-    try:
-        state = json.loads(state_file.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
-        return {}  # load_policy names the damaged file
-    return state if isinstance(state, dict) else {}
+    return read_checkpoint_state(checkpoint)
 
 
 def resolve_settings(arguments: EvalArguments, trained: dict[str, Any]) -> dict[str, Any]:
@@ -178,15 +182,18 @@ def build_agent(arguments: EvalArguments, env_id: str, system_prompt: str | None
 
 
 def evaluate_command(arguments: EvalArguments) -> int:
-    from training.commands.common import UserError, check_file_name, claim_output_files
-    from training.preflight import check_env, check_split, check_writable
-    from training.infra.checkpoint import resolve_checkpoint
+    from training.commands.common import UserError, claim_output_files
+    from training.preflight import (check_env, check_expert, check_model, check_split,
+                                    check_writable)
+    from training.infra.checkpoint import check_model_override, resolve_checkpoint
 
-    check_file_name(arguments.name, "--name")
+    if arguments.model and arguments.agent in MODEL_AGENTS:
+        check_model(arguments.model)
     if arguments.checkpoint:
         try:
             checkpoint, note = resolve_checkpoint(arguments.checkpoint)
-        except FileNotFoundError as error:
+            check_model_override(checkpoint, arguments.model)
+        except (FileNotFoundError, ValueError) as error:
             raise UserError(f"--checkpoint: {error}") from error
         if note:
             print(note)
@@ -196,6 +203,8 @@ def evaluate_command(arguments: EvalArguments) -> int:
     try:
         settings = resolve_settings(arguments, trained)
         env_id = settings["env_id"]
+        if arguments.agent in ("expert", "react", "reflexion"):  # they show the expert's steps
+            check_expert(env_id, f"--agent {arguments.agent}")
         check_env(env_id, settings["env_kwargs"])
         from training.evaluate import HELD_OUT, plan_evaluation
 

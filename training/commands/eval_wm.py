@@ -22,13 +22,15 @@ Examples:
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
 from agents.serialization import WMContext
 from training.commands.flags import former_names
-from training.infra.checked_config import CheckedConfig, bounded
+from training.infra.checked_config import (MAX_TOKENS, CheckedConfig, bounded, file_name,
+                                           input_file, input_folder, model_name, output_folder,
+                                           text)
 from training.world_model import DEFAULT_TAU
 
 
@@ -36,13 +38,13 @@ from training.world_model import DEFAULT_TAU
 class EvalWMArguments(CheckedConfig):
     """What ``paw-gym eval-wm`` evaluates and where it writes."""
 
-    replay: str | None = None
+    replay: str | None = input_folder(None)
     """WMReplay directory (default: the replay a train-wm --checkpoint was trained on)."""
-    model: str | None = None
+    model: str | None = model_name(None)
     """Hub name or model directory (the base model of a LoRA --checkpoint)."""
-    checkpoint: str | None = None
+    checkpoint: str | None = input_folder(None)
     """train-wm output folder, trainer checkpoint (paw-gym train), saved model or adapter."""
-    from_predictions: str | None = None
+    from_predictions: str | None = input_file(None)
     """Recompute the table from this predictions file (no model, no replay)."""
     format: Literal["prompted", "transition"] | None = None
     """prompted (sampled answers to the world-model prompt: rwml's and sft's format) or
@@ -57,25 +59,25 @@ class EvalWMArguments(CheckedConfig):
     """Held-out share of the episodes (default: the train-wm checkpoint's, else 0.1)."""
     split_seed: int | None = None
     """Seed of the episode split (default: the train-wm checkpoint's seed, else 0)."""
-    limit: int | None = bounded(None, 1)
+    limit: int | None = bounded(None, 1, 10**7)
     """Evaluate only the first N transitions of the split."""
-    samples: int = bounded(8, 1)
+    samples: int = bounded(8, 1, 10**4)
     """Answers sampled per transition (a GRPO group)."""
-    temperature: float = bounded(1.0, 0)
+    temperature: float = bounded(1.0, 0, 100)
     """Sampling temperature (0: greedy)."""
-    max_new_tokens: int = bounded(256, 1)
+    max_new_tokens: int = bounded(256, 1, MAX_TOKENS)
     """Token budget of an answer."""
     seed: int = 0
     """Sampling seed."""
     tau: float = bounded(DEFAULT_TAU, -1, 1, what="a cosine")
     """Cosine threshold of the embedding reward."""
-    embedding_model: str = "all-MiniLM-L6-v2"
+    embedding_model: str = text("all-MiniLM-L6-v2")
     """sentence-transformers model that embeds the observations."""
-    device: str | None = None
+    device: str | None = text(None)
     """Torch device of the model (default: cuda when available, else cpu)."""
-    output_dir: str = field(default="runs/eval-wm", metadata=former_names("out"))
+    output_dir: str = output_folder("runs/eval-wm", **former_names("out"))
     """Output directory."""
-    name: str | None = None
+    name: str | None = file_name(None)
     """File stem (default: wm_<split>, or the predictions file's stem)."""
     overwrite: bool = False
     """Replace files of the same name in --output_dir."""
@@ -163,12 +165,12 @@ def transition_markdown(rows: list[dict], title: str, wm_context: str) -> str:
 
 
 def evaluate_world_model(arguments: EvalWMArguments) -> int:
-    from training.commands.common import UserError, check_file_name, claim_output_files
+    from training.commands.common import UserError, claim_output_files
+    from training.preflight import check_model
     from training.world_model import (SPLIT_KEY, EmbeddingReward, load_examples, predict,
                                       read_predictions, select_split, summarize_predictions,
                                       table_markdown, write_predictions, write_wm_tables)
 
-    check_file_name(arguments.name, "--name")
     trained = trained_wm_settings(arguments.checkpoint)
     if trained and trained["split_key"] != SPLIT_KEY and arguments.split != "all":
         raise UserError(f"--checkpoint {arguments.checkpoint!r} was trained by an earlier train-wm "
@@ -186,8 +188,6 @@ def evaluate_world_model(arguments: EvalWMArguments) -> int:
     meta = {"tau": arguments.tau, "embedding_model": arguments.embedding_model,
             "arguments": asdict(arguments), "format": fmt}
     if arguments.from_predictions:
-        if not Path(arguments.from_predictions).is_file():
-            raise UserError(f"--from_predictions {arguments.from_predictions!r} is not a file")
         try:
             records = read_predictions(arguments.from_predictions)
         except ValueError as error:
@@ -198,6 +198,8 @@ def evaluate_world_model(arguments: EvalWMArguments) -> int:
     else:
         if not arguments.model and not arguments.checkpoint:
             raise UserError("give --model or --checkpoint (or --from_predictions FILE)")
+        if arguments.model:
+            check_model(arguments.model)
         replay = arguments.replay or trained.get("replay")
         if not replay:
             raise UserError("give --replay DIR (the transitions to predict)")

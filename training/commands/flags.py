@@ -123,6 +123,17 @@ class CommandParser(argparse.ArgumentParser):
             docs = field_docs(cls)
             for field, kind in _init_fields(cls):
                 first = len(self._actions)
+                if field.metadata.get("positional"):  # given without a flag: plot's RUNs
+                    many = typing.get_origin(kind) is list
+                    group.add_argument(field.name, nargs="*" if many else "?",
+                                       type=_value_reader(typing.get_args(kind)[0] if many
+                                                          else kind),
+                                       default=field.default_factory() if many
+                                       else field.default,
+                                       metavar=field.metadata["positional"])
+                    _describe(self._actions[first], field, kind, docs.get(field.name, ""))
+                    self._actions[first].metavar = field.metadata["positional"]
+                    continue
                 HfArgumentParser._parse_dataclass_field(group, _as_hf_field(field, kind))
                 main_action, *negations = self._actions[first:]
                 if kind is bool:  # HF's own reader's error lists t/f, y/n ...: say it as ours
@@ -223,10 +234,10 @@ def _as_hf_field(field: dataclasses.Field, kind: Any) -> dataclasses.Field:
     from training.infra.checked_config import optional_base
 
     hf_field = copy.copy(field)
-    # The field's accepted range is checked by training.config.check_config, not argparse;
-    # former names are flags of their own (add_field_arguments).
+    # What the field accepts is checked by training.infra.checked_config.check_config, not
+    # argparse; former names are flags of their own (add_field_arguments).
     hf_field.metadata = {k: v for k, v in field.metadata.items()
-                         if k not in ("bounds", "former_names")}
+                         if k not in ("bounds", "text", "only_with", "former_names")}
     optional, base = optional_base(kind)
     origin = typing.get_origin(base) or base
     if base is bool and not optional or origin is typing.Literal and not optional:

@@ -18,7 +18,7 @@ TaskType = Literal["pick_and_place_simple", "look_at_obj_in_light",
                    "pick_cool_then_place_in_recep", "pick_two_obj_and_place"]
 
 from training.commands.flags import former_names
-from training.infra.checked_config import CheckedConfig, bounded
+from training.infra.checked_config import CheckedConfig, bounded, output_folder
 
 
 #: Games per task type and split beyond which a generation would run for days.
@@ -29,7 +29,7 @@ MAX_PER_TYPE = 100_000
 class GenAlfworldArguments(CheckedConfig):
     """Which ALFWorld games ``paw-gym gen-alfworld`` generates, and where."""
 
-    output_dir: str = field(metadata=former_names("out"))
+    output_dir: str = output_folder(**former_names("out"))
     """Data root to write (json_2.1.1/... under it)."""
     per_type: int = bounded(5, 1, MAX_PER_TYPE, note="games per task type and split; the official data has about 600 per type in train, and each game takes seconds")
     """Games per task type and split."""

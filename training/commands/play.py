@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from training.infra.checked_config import CheckedConfig, bounded
+from training.infra.checked_config import CheckedConfig, bounded, env_id, output_folder
 
 
 #: More episodes than this would run for days and print a table nobody reads.
@@ -24,7 +24,7 @@ MAX_EPISODES = 1_000_000
 class PlayArguments(CheckedConfig):
     """What ``paw-gym play`` plays and records."""
 
-    env: str
+    env: str = env_id()
     """Registered env id (see `paw-gym envs`)."""
     agent: Literal["expert", "random"] = "expert"
     """expert (the env's scripted expert) or random (uniform over the admissible actions)."""
@@ -32,7 +32,7 @@ class PlayArguments(CheckedConfig):
     """Episodes to play (task seeds seed .. seed+episodes-1)."""
     seed: int = 0
     """Seed of the first episode's task."""
-    replay: str | None = None
+    replay: str | None = output_folder(None)
     """Directory to record the WM replay into."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Env constructor arguments: key=value[,key=value] or a YAML mapping, e.g. split=test or
@@ -57,11 +57,13 @@ def run(args) -> int:
     from agents.baselines import ExpertAgent, RandomAgent
     from agents.envs import make_agent_env
     from training.commands.common import UserError
-    from training.preflight import check_env
+    from training.preflight import check_env, check_expert
     from training.commands.flags import arguments_from
     from wrappers import RecordTransitions, WMReplay
 
     arguments = arguments_from(args, PlayArguments)
+    if arguments.agent == "expert":
+        check_expert(arguments.env, "--agent expert")
     check_env(arguments.env, arguments.env_kwargs)
     try:
         env = make_agent_env(arguments.env, **arguments.env_kwargs)

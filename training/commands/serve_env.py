@@ -15,30 +15,30 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.infra.checked_config import CheckedConfig, bounded
+from training.infra.checked_config import CheckedConfig, bounded, env_id, port, text
 
 
 @dataclass
 class ServeEnvArguments(CheckedConfig):
     """Which env ``paw-gym serve-env`` serves, where, and to how many clients."""
 
-    env: str
+    env: str = env_id()
     """Registered env id (see `paw-gym envs`)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Constructor arguments of every session's env, e.g. split=test (clients cannot change
     them)."""
-    host: str = "127.0.0.1"
+    host: str = text("127.0.0.1")
     """Interface to bind (default: loopback only; 0.0.0.0 serves other machines, with no
     authentication)."""
-    port: int = bounded(8001, 0, 65535, what="a TCP port", note="0 picks a free one")
+    port: int = port(8001)
     """TCP port (0 picks a free one; the default is serve-retriever's 8000 plus one, so both
     run side by side)."""
-    max_sessions: int = bounded(64, 1)
+    max_sessions: int = bounded(64, 1, 10_000)
     """Sessions at once, each with its own env; one more client is refused (OpenEnv's
     CAPACITY_REACHED)."""
-    idle_timeout: float = bounded(600.0, 0, low_open=True)
+    idle_timeout: float = bounded(600.0, 0, 7 * 86400, low_open=True, what="seconds")
     """Seconds a session may wait for its client's next request before it ends."""
-    max_message_bytes: int = bounded(1 << 20, 1)
+    max_message_bytes: int = bounded(1 << 20, 1, 1 << 30)
     """Largest request a client may send (bytes)."""
 
 

@@ -10,47 +10,55 @@ Examples::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
-from training.infra.checked_config import CheckedConfig, bounded
+from training.infra.checked_config import (CheckedConfig, bounded, input_file, only_with,
+                                           output_file, output_folder, port, text)
+
+_WITH_EMBEDDED = only_with("corpus is embedded", lambda c: c.corpus == "embedded")
+_WITH_DENSE = only_with("retriever is dense", lambda c: c.retriever == "dense")
 
 
 @dataclass
 class ServeRetrieverArguments(CheckedConfig):
     """What ``paw-gym serve-retriever`` indexes and where it listens."""
 
-    corpus: str = "embedded"
+    corpus: str = input_file("embedded", special=("embedded",))
     """Passages .jsonl with 'id' and 'contents', or 'embedded' for the procedural knowledge
     base."""
-    kb_seed: int = 0
+    kb_seed: int = field(default=0, metadata=_WITH_EMBEDDED)
     """Embedded knowledge base seed."""
-    kb_scale: float = 1.0
-    """Embedded knowledge base size multiplier."""
+    kb_scale: float = bounded(1.0, 0, 100, low_open=True, **_WITH_EMBEDDED)
+    """Embedded knowledge base size multiplier (100: about 100 times the default's passages)."""
     retriever: Literal["bm25", "dense"] = "bm25"
     """Retrieval method."""
-    index: str | None = None
+    index: str | None = output_folder(None)
     """Index directory: loaded if it holds a saved index, else built and saved there."""
-    faiss_index: str | None = None
+    faiss_index: str | None = input_file(None)
     """A raw faiss index file built elsewhere (rows = corpus order); needs --model."""
-    model: str | None = None
+    model: str | None = text(None)
     """sentence-transformers model for dense retrieval (none: offline all-MiniLM-L6-v2)."""
-    index_type: Literal["flat", "hnsw"] = "flat"
+    index_type: Literal["flat", "hnsw"] = field(default="flat", metadata=_WITH_DENSE)
     """faiss index type."""
-    device: str | None = None
+    device: str | None = text(None)
     """Torch device of the dense encoder."""
-    host: str = "127.0.0.1"
+    host: str = text("127.0.0.1")
     """Interface to bind (default: loopback only)."""
-    port: int = bounded(8000, 0, 65535, what="a TCP port", note="0 picks a free one")
+    port: int = port(8000)
     """TCP port (0 picks a free one)."""
-    topk: int = bounded(3, 1)
+    topk: int = bounded(3, 1, 1000)
     """topk when a request leaves it out."""
-    max_body_bytes: int = bounded(1 << 20, 1)
+    max_body_bytes: int = bounded(1 << 20, 1, 1 << 30)
     """Largest request body."""
-    export_corpus: str | None = None
+    export_corpus: str | None = output_file(None)
     """Also write the served passages to this .jsonl (e.g. the embedded corpus)."""
     overwrite: bool = False
     """Replace an existing --export_corpus file (refused otherwise)."""
+
+    def _check_relations(self) -> None:
+        if self.faiss_index and not self.model:
+            raise ValueError("faiss_index needs model (the encoder the index was built with)")
 
 
 def add_parser(subparsers) -> None:
@@ -80,9 +88,6 @@ def run(args) -> int:
         documents = build_kb(KBConfig(seed=arguments.kb_seed,
                                       scale=arguments.kb_scale)).documents
     else:
-        if not Path(arguments.corpus).is_file():
-            raise UserError(f"--corpus {arguments.corpus!r} is not a file (expected passages "
-                            ".jsonl)")
         try:
             documents = load_corpus(arguments.corpus)
         except ValueError as error:
@@ -92,9 +97,6 @@ def run(args) -> int:
     print(f"indexing {len(documents)} passages with {arguments.retriever} ...", flush=True)
     try:
         if arguments.faiss_index:
-            if not arguments.model:
-                raise UserError("--faiss-index needs --model (the encoder the index was built "
-                                "with)")
             from paw_gym.searchqa.dense import DenseRetriever
 
             retriever = DenseRetriever.from_faiss_file(arguments.faiss_index, documents,

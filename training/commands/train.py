@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from training.infra.checked_config import CheckedConfig, bounded
+from training.infra.checked_config import CheckedConfig, bounded, input_folder
 
 
 @dataclass
 class TrainArguments(CheckedConfig):
     """Where ``paw-gym train`` starts from."""
 
-    resume: str | None = field(default=None, metadata={"nargs": "?", "const": "latest"})
+    resume: str | None = input_folder(None, special=("latest",), nargs="?", const="latest")
     """Continue from a checkpoint directory (--resume alone: the latest one in output_dir)."""
-    launch_timeout: float = bounded(120.0, 0, low_open=True, what="seconds")
+    launch_timeout: float = bounded(120.0, 0, 86400, low_open=True, what="seconds")
     """Under torchrun / accelerate launch: seconds to wait for every process of the launch to
     join before giving up with one error line (a rank that never starts)."""
 
@@ -33,19 +33,28 @@ def run(args) -> int:
     from training.commands.common import UserError
     from training.commands.flags import arguments_from
     from training.config import TrainConfig, first_steps
+    from training.infra.checked_config import MissingInput
     from training.preflight import PreflightError, preflight
 
-    config = arguments_from(args, TrainConfig)
+    def first(error: Exception) -> str:
+        """What the --config file says to run first (its ``# first:`` line), for a missing
+        file."""
+        steps = first_steps(args.config) if getattr(error, "missing_file", False) or \
+            isinstance(error.__cause__, MissingInput) else None
+        return f"; {args.config} says to run first: {steps}" if steps else ""
+
+    try:
+        config = arguments_from(args, TrainConfig)
+    except UserError as error:
+        raise UserError(f"{error}{first(error)}") from None
     arguments = arguments_from(args, TrainArguments)
     resume = True if arguments.resume == "latest" else arguments.resume
     from training.infra.distributed import LaunchError, join_launch, launched_world_size
 
     try:  # everything a user can get wrong, before the model loads and any file is touched
-        preflight(config, resume=bool(resume), world_size=launched_world_size())
+        preflight(config, resume=resume or False, world_size=launched_world_size())
     except PreflightError as error:
-        first = first_steps(args.config) if error.missing_file else None
-        raise UserError(str(error) + (f"; {args.config} says to run first: {first}"
-                                      if first else "")) from None
+        raise UserError(f"{error}{first(error)}") from None
     try:  # every process of a launch, before the model loads (bounded: a missing peer is one line)
         join_launch(config.device, arguments.launch_timeout)
     except LaunchError as error:

@@ -18,21 +18,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from training.infra.checked_config import CheckedConfig, bounded
+from training.infra.checked_config import CheckedConfig, bounded, env_id, only_with
+
+_WITH_RECORDING = only_with("record_env is given", lambda c: c.record_env is not None)
 
 
 @dataclass
 class RecordArguments(CheckedConfig):
     """Episodes to record into <output_dir>/replay before training (instead of --replay)."""
 
-    record_env: str | None = None
+    record_env: str | None = env_id(None)
     """Record episodes of this env id first and train on them."""
-    record_agent: Literal["expert", "random", "policy"] = "policy"
+    record_agent: Literal["expert", "random", "policy"] = field(default="policy",
+                                                               metadata=_WITH_RECORDING)
     """Who plays them: expert, random, or policy (--model sampled at temperature 1, RWML's own
     rollouts)."""
-    record_episodes: int = bounded(50, 1)
+    record_episodes: int = bounded(50, 1, 10**6, **_WITH_RECORDING)
     """Episodes to record (task seeds seed .. seed+N-1)."""
-    record_env_kwargs: dict[str, Any] = field(default_factory=dict)
+    record_env_kwargs: dict[str, Any] = field(default_factory=dict, metadata=_WITH_RECORDING)
     """Env constructor arguments for --record_env: key=value[,key=value] or a YAML mapping."""
 
 
@@ -48,7 +51,7 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from training.commands.common import UserError, claim_output_folder
     from training.world_model.train import WM_WRITES
-    from training.preflight import check_env
+    from training.preflight import check_env, check_expert, check_model
     from training.commands.flags import arguments_from
     from training.world_model import WorldModelConfig, record_replay, train_world_model
 
@@ -59,14 +62,14 @@ def run(args) -> int:
                         "<output_dir>/replay)")
     if recording.record_env:
         check_env(recording.record_env, recording.record_env_kwargs)
-    elif not config.replay:
+        if recording.record_agent == "expert":
+            check_expert(recording.record_env, "--record_agent expert")
+    check_model(config.model)  # before recording: a wrong --model must not cost that time
+    if not recording.record_env and not config.replay:
         raise UserError("give --replay DIR (a WMReplay, e.g. from `paw-gym play --replay`) or "
                         "--record_env ENV to record one")
-    elif not Path(config.replay).exists():
-        raise UserError(f"--replay {config.replay!r} does not exist; record one with "
-                        "`paw-gym play --env ENV --replay DIR` or use --record_env")
     claim_output_folder(config.output_dir, "train-wm", config.overwrite,
-                        writes=WM_WRITES, records=WM_WRITES)
+                        writes=WM_WRITES)
     if recording.record_env:
         replay = Path(config.output_dir) / "replay"
         record_replay(recording.record_env, recording.record_agent, recording.record_episodes,

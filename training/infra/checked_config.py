@@ -1,7 +1,21 @@
-"""Configs that check themselves: :class:`CheckedConfig` (made means checked), the accepted range
-of a numeric field (:func:`bounded`, :class:`Bounds`) and :func:`check_config`, the one
-validation of a config dataclass: field types and choices, ranges, then the relations between
-fields. Every config and command-arguments dataclass of the trainer builds on it."""
+"""Configs that check themselves: :class:`CheckedConfig` (made means checked), what each field
+accepts, declared with it, and :func:`check_config`, the one validation of a config dataclass:
+field types and choices, then each field's declaration, then the relations between fields.
+Every config and command-arguments dataclass of the trainer and every ``paw-gym`` command
+builds on it, so each flag of each command is one declaration:
+
+* a number's range: :func:`bounded` (:class:`Bounds`; every integer field declares both ends,
+  counts and sizes an upper one this machine can hold; floats are finite by type);
+* what a string names (:class:`Text`): a folder or file written (:func:`output_folder`,
+  :func:`output_file`: refused when the other kind is there), a file or folder read
+  (:func:`input_file`, :func:`input_folder`, :func:`input_path`: refused when missing), a
+  registered env id (:func:`env_id`), a model (:func:`model_name`; checked against the hub or
+  disk by ``training.preflight``), a module to import (:func:`module_name`), a plain file name
+  (:func:`file_name`) or free text (:func:`text`, optionally a pattern). No string holds a NUL,
+  and no path is longer than the system takes.
+
+``tests/test_every_flag.py`` reads these declarations from every command's parser and tries bad
+values of each."""
 
 from __future__ import annotations
 
@@ -13,7 +27,7 @@ import os
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 
 class CheckedConfig:
@@ -63,10 +77,134 @@ class Bounds:
 
 def bounded(default: Any, low: float | None = None, high: float | None = None, *,
             low_open: bool = False, high_open: bool = False, what: str | None = None,
-            note: str = "") -> Any:
-    """A dataclass field with its accepted range (:class:`Bounds`) in its metadata."""
+            note: str = "", **metadata: Any) -> Any:
+    """A dataclass field with its accepted range (:class:`Bounds`) in its metadata
+    (``metadata``: more of it, e.g. :func:`only_with`)."""
     return field(default=default, metadata={"bounds": Bounds(low, high, low_open, high_open,
-                                                             what, note)})
+                                                             what, note), **metadata})
+
+
+class MissingInput(ValueError):
+    """A file or folder a field names to be read does not exist (a config's ``# first:`` line
+    may say what makes it: ``training.config.first_steps``)."""
+
+
+class IneffectiveSetting(UserWarning):
+    """A setting given a value that does nothing in its combination (``paw-gym`` prints it as
+    one ``warning:`` line before any work)."""
+
+
+@dataclass(frozen=True)
+class OnlyWith:
+    """A field that acts only when ``applies(config)`` (:func:`only_with`)."""
+
+    when: str
+    """The condition, as the message says it (``async_rollouts is true``)."""
+    applies: Callable[[Any], bool]
+
+
+def only_with(when: str, applies: Callable[[Any], bool]) -> dict[str, OnlyWith]:
+    """Field metadata: the field does something only when ``applies(config)`` (``when``: that
+    condition in words); a value other than its default is warned about
+    (:class:`IneffectiveSetting`) where it does not."""
+    return {"only_with": OnlyWith(when, applies)}
+
+
+#: The largest port number.
+MAX_PORT = 65535
+#: The most tokens one sequence, answer or optimizer step may hold (10 M: past any model's
+#: context; a step of more would not fit this machine's memory).
+MAX_TOKENS = 10**7
+#: The largest LoRA rank (a rank above the layer width is no adapter).
+MAX_LORA_RANK = 65536
+#: The longest path and path component Linux takes (PATH_MAX, NAME_MAX), in bytes.
+MAX_PATH_BYTES, MAX_NAME_BYTES = 4096, 255
+
+
+def port(default: int) -> Any:
+    """A TCP port field (0: a free one)."""
+    return bounded(default, 0, MAX_PORT, what="a TCP port", note="0 picks a free one")
+
+
+@dataclass(frozen=True)
+class Text:
+    """What a string field (or each string of a list field) holds, declared with the field and
+    checked by :func:`check_config` (``special``: values that are words, not paths or ids)."""
+
+    kind: Literal["text", "file_name", "env_id", "model", "module", "output_folder",
+                  "output_file", "input_file", "input_folder", "input_path"]
+    special: tuple[str, ...] = ()
+    pattern: str | None = None
+    """``text``: a regular expression the whole value matches."""
+    what: str = ""
+    """``text`` with a pattern: what the pattern accepts, for the message."""
+
+    @property
+    def is_path(self) -> bool:
+        return self.kind.startswith(("output_", "input_"))
+
+
+def _declared(kind: str, default: Any = dataclasses.MISSING, factory: Any = dataclasses.MISSING,
+              special: tuple[str, ...] = (), pattern: str | None = None, what: str = "",
+              **metadata: Any) -> Any:
+    return field(default=default, default_factory=factory,
+                 metadata={"text": Text(kind, special, pattern, what), **metadata})
+
+
+def text(default: Any = dataclasses.MISSING, *, pattern: str | None = None, what: str = "",
+         factory: Any = dataclasses.MISSING, **metadata: Any) -> Any:
+    """Free text (a name, a split, a host, a prompt), or text matching ``pattern``."""
+    return _declared("text", default, factory, pattern=pattern, what=what, **metadata)
+
+
+def file_name(default: Any = dataclasses.MISSING, **metadata: Any) -> Any:
+    """A plain file name (no folder: the file goes into the command's output folder)."""
+    return _declared("file_name", default, **metadata)
+
+
+def env_id(default: Any = dataclasses.MISSING, factory: Any = dataclasses.MISSING,
+           **metadata: Any) -> Any:
+    """A registered env id (``paw-gym envs`` lists them)."""
+    return _declared("env_id", default, factory, **metadata)
+
+
+def model_name(default: Any = dataclasses.MISSING, **metadata: Any) -> Any:
+    """A model: a folder, a hub id, a .gguf file or an offline model's name
+    (``training.preflight.check_model`` checks it before any weight loads)."""
+    return _declared("model", default, **metadata)
+
+
+def module_name(factory: Any = list, **metadata: Any) -> Any:
+    """Modules to import (imported by the check: an import error is the mistake)."""
+    return _declared("module", factory=factory, **metadata)
+
+
+def output_folder(default: Any = dataclasses.MISSING, **metadata: Any) -> Any:
+    """A folder the command writes into (created when missing; a file there is refused)."""
+    return _declared("output_folder", default, **metadata)
+
+
+def output_file(default: Any = dataclasses.MISSING, **metadata: Any) -> Any:
+    """A file the command writes (a folder there is refused)."""
+    return _declared("output_file", default, **metadata)
+
+
+def input_file(default: Any = dataclasses.MISSING, special: tuple[str, ...] = (),
+               **metadata: Any) -> Any:
+    """A file the command reads: it must exist (``special`` values are words, not files)."""
+    return _declared("input_file", default, special=special, **metadata)
+
+
+def input_folder(default: Any = dataclasses.MISSING, special: tuple[str, ...] = (),
+                 **metadata: Any) -> Any:
+    """A folder the command reads: it must exist."""
+    return _declared("input_folder", default, special=special, **metadata)
+
+
+def input_path(default: Any = dataclasses.MISSING, factory: Any = dataclasses.MISSING,
+               **metadata: Any) -> Any:
+    """A file or folder the command reads: it must exist."""
+    return _declared("input_path", default, factory, **metadata)
 
 
 SCALAR_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
@@ -87,16 +225,95 @@ def default_bounds(name: str, kind: Any) -> Bounds | None:
 def check_config(config: Any) -> None:
     """The one validation of a config dataclass, before any model, data or env is touched:
     every field's type and choices (:func:`checkfield_types`), every :func:`bounded` field's
-    range, then the relations between fields (the class's ``_check_relations``, if any). A
-    bad value is one ``ValueError`` naming it and what is accepted."""
+    range, every :class:`Text` field's declaration (:func:`check_texts`), then the relations
+    between fields (the class's ``_check_relations``, if any). A bad value is one
+    ``ValueError`` naming it and what is accepted."""
     checkfield_types(config)
     kinds = field_types(type(config))
     bounds = {item.name: item.metadata.get("bounds") or default_bounds(item.name, kinds[item.name])
               for item in dataclasses.fields(config)}
     check_bounds(config, {name: accepted for name, accepted in bounds.items() if accepted})
+    check_texts(config)
     relations = getattr(config, "_check_relations", None)
     if relations is not None:
         relations()
+    warn_ineffective(config)
+
+
+def warn_ineffective(config: Any) -> None:
+    """An :class:`IneffectiveSetting` warning for each :func:`only_with` field of ``config``
+    set away from its default where its condition does not hold."""
+    import warnings
+
+    for item in dataclasses.fields(config):
+        rule = item.metadata.get("only_with")
+        if rule is None or rule.applies(config):
+            continue
+        default = item.default if item.default_factory is dataclasses.MISSING else \
+            item.default_factory()
+        value = getattr(config, item.name)
+        if value != default:
+            warnings.warn(f"{item.name}={value!r} does nothing unless {rule.when}; it is "
+                          "ignored", IneffectiveSetting, stacklevel=2)
+
+
+def check_texts(config: Any) -> None:
+    """``ValueError`` for the first string of a :class:`Text` field of ``config`` that is not
+    what it declares (modules first: importing one may register the env another names)."""
+    declared = [(item.name, item.metadata["text"]) for item in dataclasses.fields(config)
+                if "text" in item.metadata]
+    for name, accepted in sorted(declared, key=lambda pair: pair[1].kind != "module"):
+        value = getattr(config, name)
+        for item in (value if isinstance(value, (list, tuple)) else [value]):
+            if isinstance(item, str) and item not in accepted.special:
+                _check_text(name, item, accepted)
+
+
+def _check_text(name: str, value: str, accepted: Text) -> None:
+    import re
+
+    bad = f"{name}={value!r}"
+    if "\0" in value:
+        raise ValueError(f"{bad} is invalid; it holds a NUL character")
+    if accepted.is_path or accepted.kind == "file_name":
+        if not value.strip():
+            raise ValueError(f"{name}={value!r} is invalid; expected a path")
+        encoded = os.fsencode(value)
+        longest = max(map(len, encoded.split(b"/")))
+        if len(encoded) > MAX_PATH_BYTES or longest > MAX_NAME_BYTES:
+            raise ValueError(f"{name}={value[:40]!r}… is too long for a path ({len(encoded)} "
+                             f"bytes, a name of {longest}); this system takes "
+                             f"{MAX_PATH_BYTES} bytes, {MAX_NAME_BYTES} per name")
+    kind = accepted.kind
+    if kind == "text" and accepted.pattern and not re.fullmatch(accepted.pattern, value):
+        raise ValueError(f"{bad} is invalid; expected {accepted.what or accepted.pattern}")
+    elif kind == "file_name" and (os.path.basename(value) != value or value in (".", "..")):
+        raise ValueError(f"{bad}: give a plain file name (no folders); the files go into the "
+                         "command's output folder")
+    elif kind == "env_id":
+        from paw_gym.registration import check_env_id
+
+        try:
+            check_env_id(value)
+        except ValueError as error:
+            raise ValueError(f"{name}: {error}") from None
+    elif kind == "module":
+        import importlib
+
+        try:
+            importlib.import_module(value)
+        except ImportError as error:
+            raise ValueError(f"{bad} cannot be imported ({error})") from None
+    elif kind == "output_folder" and os.path.exists(value) and not os.path.isdir(value):
+        raise ValueError(f"{bad} is a file; give a folder to write into")
+    elif kind == "output_file" and os.path.isdir(value):
+        raise ValueError(f"{bad} is a folder; give a file name")
+    elif kind.startswith("input_") and not os.path.exists(value):
+        raise MissingInput(f"{bad} does not exist")
+    elif kind == "input_file" and not os.path.isfile(value):
+        raise ValueError(f"{bad} is a folder; give a file")
+    elif kind == "input_folder" and not os.path.isdir(value):
+        raise ValueError(f"{bad} is a file; give a folder")
 
 
 def check_bounds(config: Any, bounds: dict[str, Bounds]) -> None:
@@ -138,6 +355,8 @@ def checkfield_types(config: Any, names: typing.Iterable[str] | None = None) -> 
             ok = isinstance(value, int) and not isinstance(value, bool)
         else:
             ok = isinstance(value, base)
+        if base is str and ok and "\0" in value:  # no file name, id or prompt holds one
+            raise ValueError(f"{name}={value!r} is invalid; it holds a NUL character")
         if not ok:
             raise ValueError(f"{name}={value!r} is invalid; expected {SCALAR_NAMES[base]}"
                              + (" (finite)" if base is float else "")

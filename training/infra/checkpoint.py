@@ -47,7 +47,7 @@ class CheckpointWriteError(OSError):
 
 
 #: The settings that fix the shapes of the saved weights: a resume must keep them.
-WEIGHT_SETTINGS = ("lora", "lora_r", "lora_target_modules")
+WEIGHT_SETTINGS = ("model", "lora", "lora_r", "lora_target_modules", "sharding", "algo")
 
 
 def checkpoints_newest_first(output_dir: str | Path) -> list[Path]:
@@ -145,19 +145,57 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, str | None]:
     return path, None
 
 
-#: What a training run writes in place into its output_dir (records of the output guard,
-#: :mod:`paw_gym.outputs`); each checkpoint's files are recorded as it is saved.
-TRAIN_WRITES = ("config.yaml", "config.before-step-*.yaml", "metrics.jsonl", "curves.png",
-                "tensorboard/events.out.tfevents.*", "replay/update-*", "checkpoints/",
-                "rollout-adapter*/*", "wandb/**")
+def train_writes(config) -> tuple[str, ...]:
+    """Where a run of ``config`` writes in its output_dir: the output guard
+    (:mod:`paw_gym.outputs`) refuses, before any work, a user's entry there; each file is
+    recorded by its own path as it is written."""
+    writes = ["config.yaml", "config.before-step-[0-9]*.yaml", "metrics.jsonl", "curves.png",
+              f"checkpoints/{STEP_PREFIX}[0-9]*/**",
+              f"checkpoints/.{STEP_PREFIX}[0-9]*.partial/**"]
+    if config.record_replay:
+        writes.append("replay/update-[0-9]*.jsonl")
+    if config.tensorboard:
+        writes.append("tensorboard/**")
+    if config.wandb:
+        writes.append("wandb/**")
+    if config.rollout_backend == "vllm" and config.lora:
+        writes.append("rollout-adapter*/**")
+    return tuple(writes)
 
 
-def check_output_dir(output_dir: str | Path, resume: bool, overwrite: bool) -> None:
+def check_model_override(checkpoint: Path, model: str | None) -> None:
+    """A ``--model`` given with a ``--checkpoint`` that holds a whole model (its weights and
+    tokenizer: the model evaluated is its own) would do nothing and be named in the results:
+    a ValueError. A LoRA adapter's checkpoint takes it as its base model."""
+    from training.models import is_adapter_dir
+
+    if model is None:
+        return
+    folder = checkpoint / "model" if (checkpoint / "model").is_dir() else checkpoint
+    if folder.is_dir() and not is_adapter_dir(folder) and (folder / "config.json").is_file() \
+            and (folder / "tokenizer_config.json").is_file():
+        raise ValueError(f"{str(checkpoint)!r} holds a whole model, which is what is "
+                         f"evaluated; --model {model!r} would do nothing: leave it out (--model "
+                         "is the base model of a LoRA adapter checkpoint)")
+
+
+def check_output_dir(config, resume: bool | str | Path) -> None:
     """Refuse, before any work, to start a new run where anything is (a new run's checkpoint
     pruning would delete its own checkpoints in favour of an old run's higher steps, and a
-    later ``--resume`` would load the old run), a user's file where the run writes, and a
-    folder another command is writing (:func:`paw_gym.outputs.check_folder`)."""
-    check_folder(output_dir, "train", overwrite, writes=TRAIN_WRITES, resume=resume)
+    later ``--resume`` would load the old run), a user's entry where the run writes, and a
+    folder another command is writing (:func:`paw_gym.outputs.check_folder`); with
+    ``resume`` (True: the latest checkpoint; or a checkpoint folder), a checkpoint saved with
+    other :data:`WEIGHT_SETTINGS` than ``config``'s."""
+    check_folder(config.output_dir, "train", config.overwrite, writes=train_writes(config),
+                 resume=bool(resume))
+    if resume:
+        newest = checkpoints_newest_first(config.output_dir)
+        path = Path(resume) if resume is not True else newest[0] if newest else None
+        try:
+            recorded = read_checkpoint_state(path).get("config") if path else None
+        except (DataFileError, OSError):
+            return  # damaged: the resume passes over it, saying so, or names it
+        check_same_weights(path, recorded or {}, config)
 
 
 def save_optimizer(optimizer: torch.optim.Optimizer, path: Path) -> None:

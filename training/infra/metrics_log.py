@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from paw_gym import outputs
 from paw_gym.outputs import write_text_atomically
 from paw_gym.data_files import read_metrics_file
 
@@ -22,7 +23,10 @@ class MetricsLogger:
     """Append one JSON object per step to ``<dir>/metrics.jsonl`` (flushed every line).
 
     On resume the file is cut back to the steps before ``start_step`` so a resumed run's file
-    reads exactly like an uninterrupted one.
+    reads exactly like an uninterrupted one. In a folder claimed through the output guard
+    (:mod:`paw_gym.outputs`), every file is recorded as paw-gym's: ``metrics.jsonl`` sealed
+    after each line, TensorBoard's event file when it is made, and the files W&B wrote into
+    ``<dir>/wandb`` when the run closes.
     """
 
     def __init__(self, directory: str | Path, *, tensorboard: bool = False, wandb: bool = False,
@@ -37,12 +41,18 @@ class MetricsLogger:
         write_text_atomically(self.path, "".join(json.dumps(r) + "\n" for r in kept))
         self._file = open(self.path, "a", encoding="utf-8")
         self._tb = self._wandb = None
+        self._events: set[Path] = set()
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError as error:
                 raise RuntimeError("tensorboard=true needs `pip install tensorboard`") from error
+            before = _listing(self.directory / "tensorboard")
             self._tb = SummaryWriter(str(self.directory / "tensorboard"))
+            self._events = _listing(self.directory / "tensorboard") - before
+            for path in self._events:
+                outputs.track(path)
+        self._wandb_before = _listing(self.directory / "wandb")
         if wandb:
             try:
                 import wandb as wandb_module
@@ -55,6 +65,7 @@ class MetricsLogger:
         record = {"step": step, **metrics}
         self._file.write(json.dumps(record, default=float) + "\n")
         self._file.flush()
+        outputs.seal(self.path)
         numeric = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
         if self._tb is not None:
             for key, value in numeric.items():
@@ -68,6 +79,18 @@ class MetricsLogger:
             self._tb.close()
         if self._wandb is not None:
             self._wandb.finish()
+            # W&B's own process wrote them: recorded once it is done, the files that were not
+            # there before the run started (a user's file put there meanwhile would count).
+            for path in _listing(self.directory / "wandb") - self._wandb_before:
+                outputs.seal(path)
+        for path in self._events:
+            outputs.seal(path)
+
+
+def _listing(folder: Path) -> set[Path]:
+    """The plain files under ``folder`` (none when it is missing)."""
+    return {path for path in folder.rglob("*") if path.is_file() and not path.is_symlink()} \
+        if folder.is_dir() else set()
 
 
 def run_folder(path: str | Path) -> Path:

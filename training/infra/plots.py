@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from paw_gym.outputs import atomic_file
 from training.infra.metrics_log import CURVES, read_metrics, run_folder
 
 if TYPE_CHECKING:
@@ -370,7 +371,8 @@ def plot_runs(runs: Sequence[str | Path | Run], out_path: str | Path, *,
     if fig is None:
         return None
     out_path = Path(out_path)
-    fig.savefig(out_path, dpi=150)
+    with atomic_file(out_path) as temporary:  # a kill leaves no half-drawn image
+        fig.savefig(temporary, dpi=150, format=out_path.suffix.lstrip(".").lower() or None)
     return out_path
 
 

@@ -62,7 +62,8 @@ from agents.sampling import DEFAULT_STOP
 from agents.transcript import TRANSCRIPT_TEMPLATE, EpisodeSequence, TranscriptAgent
 from agents.types import Trajectory
 from training.config import TrainConfig
-from training.infra.checked_config import check_bounds, checkfield_types
+from training.infra.checked_config import (MAX_TOKENS, SEED_BOUNDS, CheckedConfig, bounded,
+                                           check_bounds, checkfield_types, env_id, text)
 from training.preflight import check_env, check_model
 from training.rl.losses import WM_LOSS_KINDS, select_by_entropy, wm_token_loss
 from training.rl.objective import wm_weights
@@ -72,17 +73,53 @@ from training.rl.rollout_batch import entropy_score, lambda_return, lambdas_of_r
 TASK_SEED = "task_seed"
 
 
+@dataclass
+class EnvSettings(CheckedConfig):
+    """The env settings of :func:`task_dataset`, :class:`EnvRollout` and :class:`EnvTools`,
+    declared and checked as a ``paw-gym`` command's flags are (a registered text env id, each
+    number's range; :mod:`training.infra.checked_config`), then :func:`check_env` of the
+    ``env_kwargs``, before any env is built."""
+
+    env_id: str = env_id()
+    """A registered paw-gym env id."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """``gym.make`` keyword arguments (e.g. ``{"split": "train"}``)."""
+    max_steps: int = bounded(1, 1, 10**6)
+    """Step limit per episode (besides the env's own)."""
+    max_new_tokens: int = bounded(64, 1, MAX_TOKENS)
+    """Most tokens per action."""
+    template: str = text(TRANSCRIPT_TEMPLATE)
+    """The ``HistoryPrompt`` template of every turn."""
+    invalid_penalty: float | None = bounded(None, -1e6, 0, note="none: the env's preset")
+    """``ParseAction``'s penalty of an invalid action."""
+    action_format: str | None = text(None)
+    """``ParseAction``'s action format (None: the env's preset)."""
+
+    def _check_relations(self) -> None:
+        check_env(self.env_id, self.env_kwargs)
+
+
 def task_dataset(env_id: str, task_seeds: Iterable[int], *, template: str = TRANSCRIPT_TEMPLATE,
                  **env_kwargs: Any):
     """A ``datasets.Dataset`` with one conversational prompt per task: the env's first prompt
     as the user message, which also carries the task's reset seed (``task_seed``) for
     :class:`EnvRollout` (a ``rollout_func`` sees only the prompt), and a ``task_seed`` column
     for :class:`EnvTools` (TRL resets an environment with the row). ``env_kwargs`` go to
-    ``gym.make`` (e.g. ``split="train"``)."""
+    ``gym.make`` (e.g. ``split="train"``). Checked as :class:`EnvSettings`, and each seed an
+    integer in [0, 2**32), before any env is built."""
     from datasets import Dataset
 
     from agents.envs import make_agent_env
 
+    EnvSettings(env_id, env_kwargs, template=template)
+    task_seeds = list(task_seeds)
+    for index, seed in enumerate(task_seeds):
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or \
+                not SEED_BOUNDS.admits(seed):
+            raise ValueError(f"task_seeds[{index}]={seed!r} is invalid; expected "
+                             + SEED_BOUNDS.describe("an integer", optional=False))
+    if not task_seeds:
+        raise ValueError("task_dataset needs at least one task seed")
     env = make_agent_env(env_id, template=template, history_length=0, **env_kwargs)
     rows = []
     try:
@@ -92,8 +129,6 @@ def task_dataset(env_id: str, task_seeds: Iterable[int], *, template: str = TRAN
                          TASK_SEED: int(seed)})
     finally:
         env.close()
-    if not rows:
-        raise ValueError("task_dataset needs at least one task seed")
     return Dataset.from_list(rows)
 
 
@@ -132,10 +167,8 @@ class EnvRollout:
                  action_format: str | None = None):
         from agents.envs import env_factory
 
-        check_env(env_id, env_kwargs)
-        if max_steps < 1 or max_new_tokens < 1:
-            raise ValueError(f"max_steps ({max_steps}) and max_new_tokens ({max_new_tokens}) "
-                             f"must be >= 1")
+        EnvSettings(env_id, env_kwargs or {}, max_steps, max_new_tokens, template,
+                    invalid_penalty, action_format)
         self.env_id = env_id
         self.max_steps = max_steps
         self.max_new_tokens = max_new_tokens
@@ -190,8 +223,7 @@ class EnvTools:
 
         from wrappers import HistoryPrompt
 
-        if max_steps < 1:
-            raise ValueError(f"max_steps ({max_steps}) must be >= 1")
+        EnvSettings(env_id, env_kwargs or {}, max_steps, template=template)
         self.env = HistoryPrompt(gym.make(env_id, **(env_kwargs or {})), template=template,
                                  history_length=0)
         self.max_steps = max_steps

@@ -14,7 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from training.config import LORA_TARGET_MODULES
-from training.infra.checked_config import CheckedConfig, bounded
+from training.infra.checked_config import (MAX_LORA_RANK, MAX_TOKENS, CheckedConfig, bounded,
+                                           model_name, only_with, output_folder, text)
+
+_WITH_LORA = only_with("lora is true", lambda c: c.lora)
 
 # torch and the batching code are imported inside the functions: ``paw-gym`` imports this
 # module (for SFTConfig) when it builds its parser, and must stay quick to start.
@@ -24,47 +27,48 @@ from training.infra.checked_config import CheckedConfig, bounded
 class SFTConfig(CheckedConfig):
     """Supervised warm start on recorded expert transitions."""
 
-    model: str = "runs/tiny-model"
+    model: str = model_name("runs/tiny-model")
     """The model to fine-tune: a hub name, a model folder, a .gguf file or an offline model's
     name (``smollm2-135m-instruct``)."""
-    system_prompt: str | None = None
+    system_prompt: str | None = text(None)
     """The system message before every prompt (train and eval the result with the same). None (default): the env's prompt alone; a chat
     template that would insert its own default system message (SmolLM2's "You are a helpful AI
     assistant named SmolLM…", Qwen2.5's "You are Qwen…") gets an empty one instead
     (``agents.chat.ChatEncoder``). A string: that message ("": an empty one)."""
 
-    replay: str = "runs/expert-demos"
+    replay: str = output_folder("runs/expert-demos")
     """WMReplay directory with the expert transitions (RecordTransitions output)."""
-    output_dir: str = "runs/sft"
+    output_dir: str = output_folder("runs/sft")
     """Where the fine-tuned model (or adapter) is saved."""
     overwrite: bool = False
     """Replace what an earlier paw-gym command wrote in ``output_dir`` (refused otherwise,
     before the model loads)."""
     successful_only: bool = True
     """Train only on episodes that were won."""
-    epochs: int = bounded(3, 1)
+    epochs: int = bounded(3, 1, 10**4)
     """Passes over the transitions."""
-    lr: float = bounded(1e-3, 0, what="a learning rate")
+    lr: float = bounded(1e-3, 0, 1, what="a learning rate")
     """AdamW learning rate (a tiny random model needs a large one; use ~1e-5 for a hub model)."""
-    weight_decay: float = bounded(0.0, 0)
+    weight_decay: float = bounded(0.0, 0, 10)
     """AdamW weight decay."""
-    token_budget: int = bounded(8192, 1)
+    token_budget: int = bounded(8192, 1, MAX_TOKENS)
     """Padded tokens per optimizer step."""
-    max_seq_len: int = bounded(2048, 1)
+    max_seq_len: int = bounded(2048, 1, MAX_TOKENS)
     """Longest prompt + action row (the prompt is cut from the left)."""
-    max_grad_norm: float = bounded(1.0, 0, low_open=True)
+    max_grad_norm: float = bounded(1.0, 0, 10**6, low_open=True)
     """Gradient clipping norm."""
     lora: bool = False
     """Train a LoRA adapter instead of all weights."""
-    lora_r: int = bounded(16, 1)
+    lora_r: int = bounded(16, 1, MAX_LORA_RANK, **_WITH_LORA)
     """LoRA rank."""
-    lora_alpha: int = 32
+    lora_alpha: int = bounded(32, 1, 10**6, **_WITH_LORA)
     """LoRA scaling numerator."""
-    lora_target_modules: list[str] = field(default_factory=lambda: list(LORA_TARGET_MODULES))
+    lora_target_modules: list[str] = text(factory=lambda: list(LORA_TARGET_MODULES),
+                                          **_WITH_LORA)
     """Module names that get adapters."""
     seed: int = bounded(0, 0, 2**32, high_open=True)
     """Shuffling and initialisation seed."""
-    device: str | None = None
+    device: str | None = text(None)
     """cpu, cuda ... (None: CUDA when available)."""
     progress: bool = True
     """Show a progress bar."""

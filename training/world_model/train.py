@@ -43,9 +43,9 @@ def record_replay(env_id: str, agent_name: str, episodes: int, out_dir: str | Pa
     return Path(out_dir)
 
 
-#: What ``train-wm`` writes into its output_dir (the output guard's records,
+#: Where ``train-wm`` writes in its output_dir (the output guard refuses a user's entry there,
 #: :mod:`paw_gym.outputs`): all in place but model/ (staged).
-WM_WRITES = ("wm_config.json", "metrics.jsonl", "curves.png", "model/", "replay/*")
+WM_WRITES = ("wm_config.json", "metrics.jsonl", "curves.png", "model/**", "replay/**")
 
 
 def train_world_model(config: WorldModelConfig) -> tuple[Path, list[dict[str, Any]]]:
@@ -55,8 +55,7 @@ def train_world_model(config: WorldModelConfig) -> tuple[Path, list[dict[str, An
     guard (``paw_gym.outputs``). Returns the model folder and the metrics."""
     from paw_gym.outputs import claim_folder
 
-    with claim_folder(config.output_dir, "train-wm", config.overwrite, writes=WM_WRITES,
-                      records=WM_WRITES):
+    with claim_folder(config.output_dir, "train-wm", config.overwrite, writes=WM_WRITES):
         return _train_world_model(config)
 
 
