@@ -150,7 +150,7 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
 def _run_demo(config: DemoConfig, out: Path, log) -> dict[str, Any]:
     import torch
 
-    from paw_gym.outputs import staged, write_text_atomically
+    from paw_gym.outputs import seal, staged, write_text_atomically
     from training.evaluate import evaluate, load_policy, write_tables
     from training.warmstart.sft import SFTConfig, record_expert_demos, run_sft
     from training.trainer import PaWTrainer
@@ -231,6 +231,7 @@ def _run_demo(config: DemoConfig, out: Path, log) -> dict[str, Any]:
     validation = validation_summary(out / "rl" / "metrics.jsonl")
     if (out / "rl" / "curves.png").is_file():  # moved, not copied: one figure, where it is read
         (out / "rl" / "curves.png").replace(out / "curves.png")
+        seal(out / "curves.png")  # the demo's now (the guard's record of it)
     summary = {"config": asdict(config), "timings_s": timings, "reading_probe": reading,
                "sft": sft_history, "rl_last_step": history[-1] if history else {},
                "before": asdict(before.row()), "after": asdict(after.row()),
