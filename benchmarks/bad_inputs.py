@@ -91,6 +91,11 @@ def train_flags(base: str, *flags: str) -> Callable[[Path], int]:
     return run
 
 
+def _tiny_then_yaml(body: str) -> Callable[[Path], int]:
+    """``paw-gym train --config`` on ``body`` once the tiny model it names is built."""
+    return lambda work: (_tiny(work), train_yaml(body)(work))[1]
+
+
 def api(call: Callable[[Path], Any]) -> Callable[[Path], Any]:
     return call
 
@@ -192,7 +197,7 @@ def cases() -> list[Case]:
     base = ("model: {work}/tiny\nenv_id: PaW/Shelf-v0\ndevice: cpu\ntotal_steps: 1\n"
             "n_groups: 1\ngroup_size: 2\nmax_new_tokens: 4\nmax_episode_steps: 2\n"
             "save_every: 0\nprogress: false\n")
-    make_base = lambda body: (lambda work: (_tiny(work), train_yaml(base + body)(work))[1])  # noqa: E731
+    make_base = lambda body: _tiny_then_yaml(base + body)  # noqa: E731
     return [
         # -- paw-gym train configs ----------------------------------------------------------
         Case("train config", "YAML syntax error", train_yaml("model: [unclosed\n"), "config.yaml"),
@@ -369,8 +374,9 @@ def cases() -> list[Case]:
              "rho=-1.0 is invalid"),
         Case("train-wm", "--output_dir with a user's files", lambda work: (
             write("mine/model.safetensors", "a user's model")(work),
-            cli("train-wm", "--record_env", "PaW/Shelf-v0", "--output_dir", "{work}/mine")(
-                work))[1], "pass --overwrite true"),
+            _tiny(work), cli("train-wm", "--record_env", "PaW/Shelf-v0", "--model",
+                             "{work}/tiny", "--output_dir", "{work}/mine")(work))[2],
+             "pass --overwrite true"),
         Case("demo", "--rl_steps 0", cli("demo", "--rl_steps", "0", "--output_dir",
                                          "{work}/demo"), "rl_steps=0"),
         Case("demo", "--output_dir with a user's files", lambda work: (
@@ -516,7 +522,8 @@ def cases() -> list[Case]:
         Case("train config", "val_split: dev before training (41)", make_base(
             "val_before_train: true\nval_split: dev\n"), "val_split='dev' is not a split"),
         Case("play", "dead PaW/Remote-v0 url (41)", cli(
-            "play", "--env", "PaW/Remote-v0", "--env_kwargs", "url=http://127.0.0.1:9"),
+            "play", "--env", "PaW/Remote-v0", "--agent", "random", "--env_kwargs",
+            "url=http://127.0.0.1:9"),
             "no env server answers"),
         Case("eval", "dead PaW/Remote-v0 url (41)", cli(
             "eval", "--agent", "random", "--env", "PaW/Remote-v0", "--env_kwargs",
@@ -544,7 +551,7 @@ def cases() -> list[Case]:
         Case("trl", "EnvRollout of an unknown env", api(lambda work: _env_rollout(
             "PaW/Nope-v0")), "PaW/Nope-v0"),
         Case("trl", "EnvRollout max_steps=0", api(lambda work: _env_rollout(
-            "PaW/Shelf-v0", max_steps=0)), "max_steps (0)"),
+            "PaW/Shelf-v0", max_steps=0)), "max_steps=0"),
         Case("trl", "a prompt without its task seed", api(lambda work: _task_seed(
             [{"role": "user", "content": "Task: buy the red lamp."}])), "task_dataset"),
         Case("pretrain", "rows='episode' with wm_context end_of_turn", api(
@@ -552,6 +559,152 @@ def cases() -> list[Case]:
             "rows='episode'"),
         Case("pretrain", "rows='bogus'", api(lambda work: _pretrain(work, rows="bogus")),
              "rows='bogus'"),
+        *issue_50_cases(base),
+    ]
+
+
+def issue_50_cases(base: str) -> list[Case]:
+    """Issue 50's classes, several cases each, across commands (names end "(50)")."""
+    return [
+        # -- the guard deletes only what it can prove it wrote --------------------------------
+        *[Case(command, f"--overwrite true beside a user's {planted} (50)",
+               _overwrite_beside(command, planted), "kept", fallback=True,
+               keeps=(f"out/{planted}",))
+          for command, planted in [("train", "wandb/notes.txt"),
+                                   ("train", "replay/update-notes.txt"),
+                                   ("train", "tensorboard/events.out.tfevents.mine"),
+                                   ("train", ".notes.tmp"),
+                                   ("build-tiny-model", "sub/.draft.tmp"),
+                                   ("sft", ".notes.tmp")]],
+        Case("train-wm", "--overwrite true beside a user's replay/mydata.jsonl (50)",
+             _overwrite_beside("train-wm", "replay/mydata.jsonl"), "would write over it",
+             keeps=("out/replay/mydata.jsonl",)),
+        *[Case(command, f"{own} a symlink to a user's file (50)",
+               _own_file_symlinked(command, own), "is a symlink; paw-gym never writes",
+               keeps=("precious.txt",))
+          for command, own in [("sft", ".paw-gym-lock"), ("train", ".paw-gym-lock"),
+                               ("build-tiny-model", ".paw-gym-output.json"),
+                               ("train-wm", ".paw-gym-output.journal")]],
+        *[Case(command, f"a hand-edited manifest claiming the user's files (50)",
+               _hand_edited_manifest(command), "kept", fallback=True,
+               keeps=("out/notes.txt", "precious.txt"))
+          for command in ("sft", "train", "build-tiny-model")],
+        Case("sft", "a folder of the user's named like a recorded file (50)",
+             _replaced_by_the_user("sft", "config.json", folder=True), "would write over it",
+             keeps=("out/config.json/mine.txt",)),
+        Case("train", "a symlink inside a recorded checkpoint folder (50)",
+             _replaced_by_the_user("train", "checkpoints/step-000001/model", folder=False),
+             "would write over it", keeps=("outside/data.txt",)),
+        Case("sft", "a recorded file changed since (50)",
+             _replaced_by_the_user("sft", "tokenizer.json", folder=None),
+             "changed since paw-gym wrote it", keeps=("out/tokenizer.json",)),
+        Case("outputs", "the lock deleted by hand while a command writes (50)",
+             api(_lock_deleted_by_hand), "was removed or replaced while"),
+        Case("eval", "a sha256 record naming a 1 TB file outside the folder (50)",
+             _record_outside, "is damaged", keeps=("big.bin",)),
+        # -- every flag of every command, declared ----------------------------------------------
+        Case("serve-retriever", "--kb_scale -1 (50)", cli("serve-retriever", "--kb_scale", "-1"),
+             "kb_scale=-1.0 is invalid"),
+        Case("demo", "--threads 0 (50)", cli("demo", "--threads", "0", "--output_dir",
+                                            "{work}/demo"), "threads=0 is invalid"),
+        Case("build-tiny-model", "--episodes 10**12 (50)", cli(
+            "build-tiny-model", "--output_dir", "{work}/tiny2", "--episodes", str(10**12)),
+            "episodes=1000000000000 is invalid"),
+        Case("build-tiny-model", "--max_steps 0 (50)", cli(
+            "build-tiny-model", "--output_dir", "{work}/tiny2", "--max_steps", "0"),
+            "max_steps=0 is invalid"),
+        Case("eval-wm", "--samples 10**12 (50)", cli("eval-wm", "--samples", str(10**12),
+                                                     "--model", "m"), "samples="),
+        Case("train", "--launch_timeout 1e308 (50)", train_flags(base, "--launch_timeout",
+                                                                  "1e308"), "launch_timeout="),
+        *[Case(command, f"{flag} naming an existing file (50)", lambda work, argv=argv: (
+            write("a-file.txt", "the user's")(work), cli(*argv)(work))[1],
+            "is a file; give a folder", keeps=("a-file.txt",))
+          for command, flag, argv in [
+              ("gen-alfworld", "--output_dir", ("gen-alfworld", "--output_dir",
+                                                "{work}/a-file.txt")),
+              ("play", "--replay", ("play", "--env", "PaW/Shelf-v0", "--replay",
+                                    "{work}/a-file.txt")),
+              ("eval", "--replay", ("eval", "--env", "PaW/Shelf-v0", "--agent", "random",
+                                    "--replay", "{work}/a-file.txt")),
+              ("sft", "--output_dir", ("sft", "--output_dir", "{work}/a-file.txt"))]],
+        *[Case(command, f"{flag} naming a folder (50)", lambda work, argv=argv: (
+            (work / "a-folder").mkdir(), cli(*argv)(work))[1], "is a folder")
+          for command, flag, argv in [
+              ("plot", "--out", ("plot", "{work}", "--out", "{work}/a-folder")),
+              ("serve-retriever", "--export_corpus", ("serve-retriever", "--export_corpus",
+                                                      "{work}/a-folder")),
+              ("eval-wm", "--from_predictions", ("eval-wm", "--from_predictions",
+                                                 "{work}/a-folder"))]],
+        *[Case(command, f"{flag} with a NUL (50)", cli(*argv), "NUL")
+          for command, flag, argv in [
+              ("train", "--output_dir", ("train", "--output_dir", "a\0b")),
+              ("sft", "--output_dir", ("sft", "--output_dir", "a\0b")),
+              ("eval", "--name", ("eval", "--env", "PaW/Shelf-v0", "--name", "a\0b"))]],
+        *[Case(command, f"a 5000-character {flag} (50)", cli(*argv), "too long for a path")
+          for command, flag, argv in [
+              ("train", "--output_dir", ("train", "--output_dir", "x" * 5000)),
+              ("build-tiny-model", "--output_dir", ("build-tiny-model", "--output_dir",
+                                                    "runs/" + "x" * 300)),
+              ("eval", "--output_dir", ("eval", "--env", "PaW/Shelf-v0", "--output_dir",
+                                        "x" * 5000))]],
+        *[Case(command, f"{flag} that does not exist (50)", cli(*argv), "does not exist")
+          for command, flag, argv in [
+              ("serve-retriever", "--faiss_index", ("serve-retriever", "--faiss_index",
+                                                    "{work}/nope.index", "--model", "m")),
+              ("eval-wm", "--replay", ("eval-wm", "--replay", "{work}/nope", "--model", "m")),
+              ("train", "--val_wm_replay", ("train", "--val_every", "1", "--val_wm_replay",
+                                            "{work}/nope")),
+              ("plot", "RUN", ("plot", "{work}/nope"))]],
+        *[Case(command, f"{flag} an unknown module (50)", cli(*argv), "cannot be imported")
+          for command, flag, argv in [
+              ("build-tiny-model", "--import", ("build-tiny-model", "--output_dir",
+                                                "{work}/tiny2", "--import", "no_such_module"))]],
+        # -- options that contradict or do nothing -----------------------------------------
+        Case("train config", "async_rollouts with full FSDP (50)", _tiny_then_yaml(
+            base + "async_rollouts: true\nsharding: fsdp\nlora: false\n"),
+            "sharding='fsdp' is invalid; expected ddp with async_rollouts"),
+        Case("resume", "--resume with another --model (50)", _resume_with(
+            "--model", "{work}/other"), "other weight settings"),
+        Case("resume", "--resume with another --sharding (50)", _resume_with(
+            "--sharding", "fsdp", "--lora", "false"), "other weight settings"),
+        Case("eval", "--checkpoint a whole model with another --model (50)", _eval_model_other,
+             "would do nothing"),
+        Case("train config", "--max_staleness 3 without async_rollouts (50)", train_flags(
+            base, "--max_staleness", "3"), "max_staleness=3 does nothing", fallback=True),
+        Case("train config", "--rollout_correction_cap 3 with none (50)", train_flags(
+            base, "--rollout_correction_cap", "3"), "rollout_correction_cap=3.0 does nothing",
+            fallback=True),
+        Case("eval", "--trials 3 with the random agent (50)", cli(
+            "eval", "--env", "PaW/Shelf-v0", "--agent", "random", "--trials", "3", "--limit",
+            "1", "--output_dir", "{work}/eval"), "trials=3 does nothing", fallback=True),
+        Case("eval", "PaW/Remote-v0 with the expert agent (50)", cli(
+            "eval", "--env", "PaW/Remote-v0", "--agent", "expert"), "has no scripted expert"),
+        Case("play", "PaW/Remote-v0 with the expert agent (50)", cli(
+            "play", "--env", "PaW/Remote-v0"), "has no scripted expert"),
+        Case("trl", "task_dataset of CartPole-v1 (50)", api(lambda work: _task_dataset(
+            "CartPole-v1", [0])), "not text"),
+        Case("trl", "task_dataset of seed 1.7 (50)", api(lambda work: _task_dataset(
+            "PaW/Shelf-v0", [1.7])), "task_seeds[0]=1.7"),
+        Case("trl", "EnvRollout(invalid_penalty=nan) (50)", api(lambda work: _env_rollout(
+            "PaW/Shelf-v0", invalid_penalty=float("nan"))), "invalid_penalty=nan"),
+        Case("trl", "EnvTools(max_steps=0) (50)", api(lambda work: _env_tools(max_steps=0)),
+             "max_steps=0"),
+        # -- the campaign's other findings ---------------------------------------------------
+        Case("eval", "a state.json whose config is a string (50)", _eval_checkpoint(
+            lambda c: (c / "state.json").write_text(json.dumps({
+                **json.loads((c / "state.json").read_text()), "config": "a string"}))),
+            "state.json"),
+        Case("train", "--model an sft output with a flipped byte (50)", _on_model(
+            "train", _flipped_output), "is damaged: its size or sha256"),
+        Case("train", "--init_checkpoint a model with a flipped byte (50)", _init_flipped,
+             "is damaged: its size or sha256"),
+        *[Case(command, f"{what} a game whose grammar is code (50)", run,
+               "grammar' is not ALFWorld's stock")
+          for command, what, run in [
+              ("sft", "--record_env of", _alfworld_with_code("sft")),
+              ("train-wm", "--record_env of", _alfworld_with_code("train-wm")),
+              ("alfworld", "gym.make of", api(_alfworld_with_code(None)))]],
     ]
 
 
@@ -673,16 +826,177 @@ def _serve_env_on_a_taken_port(work: Path) -> int:
                    str(taken.getsockname()[1]))(work)
 
 
+def _overwrite_beside(command: str, planted: str) -> Callable[[Path], int]:
+    """The command once, then ``--overwrite true`` after the user put ``planted`` where the
+    guard once recorded a pattern."""
+    def run(work: Path) -> int:
+        _tiny(work)
+        if cli(*OUTPUT_COMMANDS[command])(work) != 0:
+            return 1
+        write(f"out/{planted}", "the user's own")(work)
+        return cli(*OUTPUT_COMMANDS[command], "--overwrite", "true")(work)
+    return run
+
+
+def _own_file_symlinked(command: str, own: str) -> Callable[[Path], int]:
+    """The guard's lock, manifest or journal a symlink to a file of the user's."""
+    def run(work: Path) -> int:
+        _tiny(work)
+        write("precious.txt", "the user's precious file")(work)
+        (work / "out").mkdir()
+        (work / "out" / own).symlink_to(work / "precious.txt")
+        return cli(*OUTPUT_COMMANDS[command], "--overwrite", "true")(work)
+    return run
+
+
+def _hand_edited_manifest(command: str) -> Callable[[Path], int]:
+    """A manifest edited to claim the user's files: a pattern, a digest of other content, a
+    path outside the folder with the right digest."""
+    def run(work: Path) -> int:
+        import hashlib
+
+        _tiny(work)
+        if cli(*OUTPUT_COMMANDS[command])(work) != 0:
+            return 1
+        write("out/notes.txt", "the user's notes")(work)
+        precious = write("precious.txt", "the user's precious file")(work)
+        manifest = json.loads((work / "out" / ".paw-gym-output.json").read_text())
+        exact = {"size": precious.stat().st_size,
+                 "sha256": hashlib.sha256(precious.read_bytes()).hexdigest()}
+        manifest["files"].update({"**": exact, "notes.txt": exact, "../precious.txt": exact,
+                                  str(precious): exact})
+        manifest["written"] = ["**"]
+        (work / "out" / ".paw-gym-output.json").write_text(json.dumps(manifest))
+        return cli(*OUTPUT_COMMANDS[command], "--overwrite", "true")(work)
+    return run
+
+
+def _replaced_by_the_user(command: str, name: str, folder: bool | None) -> Callable[[Path], int]:
+    """The command once, then the user replaces its recorded ``name`` with a folder of theirs
+    (``folder``), a symlink to data of theirs (False) or a file of theirs (None)."""
+    def run(work: Path) -> int:
+        import shutil
+
+        _tiny(work)
+        argv = OUTPUT_COMMANDS[command] + (["--save_every", "1"] if command == "train" else [])
+        if cli(*argv)(work) != 0:
+            return 1
+        target = work / "out" / name
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+        if folder:
+            write(f"out/{name}/mine.txt", "the user's")(work)
+        elif folder is False:
+            write("outside/data.txt", "the user's data")(work)
+            target.symlink_to(work / "outside", target_is_directory=True)
+        else:
+            write(f"out/{name}", "the user's own")(work)
+        return cli(*argv, "--overwrite", "true")(work)
+    return run
+
+
+def _lock_deleted_by_hand(work: Path) -> None:
+    """A second command takes the folder after the first one's lock file was deleted by hand:
+    the first stops at its next manifest write instead of writing over the second's."""
+    from paw_gym.outputs import claim_folder
+    from tests.common import held_by_another_process
+
+    first = claim_folder(work / "out", "sft", False)
+    (work / "out" / ".paw-gym-lock").unlink()
+    with held_by_another_process(work / "out", overwrite=True):
+        try:
+            with first.staged(".") as staging:
+                (staging / "model.safetensors").write_bytes(b"w")
+        finally:
+            first.release()
+
+
+def _record_outside(work: Path) -> int:
+    """A manifest whose weight record names a 1 TB (sparse) file, beside the model and
+    outside its folder: refused from the sizes, not after hours of hashing."""
+    out = _model_output(work, finish=True)
+    with open(write("big.bin", "the user's")(work), "r+b") as handle:
+        handle.truncate(1 << 40)
+    manifest = json.loads((out / ".paw-gym-output.json").read_text())
+    record = {"size": 1 << 40, "sha256": "0" * 64}
+    manifest["files"].update({"../big.bin": record, str(work / "big.bin"): record})
+    (out / ".paw-gym-output.json").write_text(json.dumps(manifest))
+    with open(next(out.glob("*.safetensors")), "r+b") as handle:
+        handle.truncate(1 << 40)  # the model's own weight file, now 1 TB too
+    return cli("eval", "--env", "PaW/Shelf-v0", "--checkpoint", str(out), "--limit", "1",
+               "--output_dir", "{work}/eval")(work)
+
+
+def _resume_with(*flags: str) -> Callable[[Path], int]:
+    def run(work: Path) -> int:
+        import shutil
+
+        out = _checkpoint_with(work, lambda checkpoint: None)
+        shutil.copytree(work / "tiny", work / "other")
+        return cli("train", "--config", str(out / "config.yaml"), "--total_steps", "3",
+                   "--resume", *[f.replace("{work}", str(work)) for f in flags])(work)
+    return run
+
+
+def _eval_model_other(work: Path) -> int:
+    """``eval --checkpoint`` a saved whole model (an sft output) with a ``--model`` it ignores."""
+    out = _model_output(work, finish=True)
+    return cli("eval", "--env", "PaW/Shelf-v0", "--checkpoint", str(out), "--model",
+               str(_tiny(work)), "--limit", "1", "--output_dir", "{work}/eval")(work)
+
+
+def _init_flipped(work: Path) -> int:
+    model = _flipped_output(work)
+    return cli(*[a.replace("{work}/tiny", str(model)) for a in OUTPUT_COMMANDS["train"]],
+               "--init_checkpoint", str(model), "--lora", "false")(work)
+
+
+def _alfworld_with_code(command: str | None) -> Callable[[Path], Any]:
+    """A game whose grammar is not ALFWorld's stock one (TextWorld would run it as code)."""
+    def run(work: Path) -> Any:
+        import gymnasium as gym
+
+        import paw_gym  # noqa: F401
+
+        game = {"pddl_domain": "(define (domain x))", "pddl_problem": "(define (problem y))",
+                "grammar": '{"task": [{"rhs": "#import os#"}]}', "walkthrough": [],
+                "solvable": True}
+        trial = "alf/json_2.1.1/train/pick_and_place_simple-x/trial-1"
+        write(f"{trial}/game.tw-pddl", json.dumps(game))(work)
+        write(f"{trial}/traj_data.json", json.dumps({"task_type": "pick_and_place_simple",
+                                                     "pddl_params": {}}))(work)
+        kwargs = f"data_dir={work / 'alf'}"
+        if command is None:
+            return gym.make("PaW/ALFWorld-v0", data_dir=str(work / "alf"), progress=False)
+        _tiny(work)
+        flag = "--env_kwargs" if command == "sft" else "--record_env_kwargs"
+        agent = ["--record_agent", "expert"] if command == "train-wm" else []
+        return cli(command, "--record_env", "PaW/ALFWorld-v0", flag, kwargs, *agent,
+                   "--model", "{work}/tiny", "--output_dir", "{work}/out")(work)
+    return run
+
+
+def _task_dataset(env_id: str, seeds: list) -> Any:
+    from training.integrations.trl import task_dataset
+
+    return task_dataset(env_id, seeds)
+
+
+def _env_tools(**settings: Any) -> Any:
+    from training.integrations.trl import EnvTools
+
+    return EnvTools("PaW/Shelf-v0", **settings)
+
+
 def _paw_grpo_config(work: Path, **settings: Any) -> Any:
     from training.integrations.trl import PaWGRPOConfig
 
     return PaWGRPOConfig(output_dir=str(work / "trl"), use_cpu=True, **settings)
 
 
-def _env_rollout(env_id: str, max_steps: int = 6) -> Any:
+def _env_rollout(env_id: str, max_steps: int = 6, **settings: Any) -> Any:
     from training.integrations.trl import EnvRollout
 
-    return EnvRollout(env_id, max_steps=max_steps)
+    return EnvRollout(env_id, max_steps=max_steps, **settings)
 
 
 def _task_seed(prompt: Any) -> int:
@@ -771,7 +1085,11 @@ def classify(case: Case, work: Path) -> tuple[str, str]:
 
 def _intact(path: Path) -> bool:
     """A user's file of :func:`_users_files`, as it was written."""
-    return path.is_file() and path.read_text(encoding="utf-8").startswith("the user's")
+    mark = "the user's".encode()
+    if not path.is_file():
+        return False
+    with open(path, "rb") as handle:  # the start only: one is a 1 TB sparse file
+        return handle.read(len(mark)) == mark
 
 
 def _verdict(case: Case, work: Path) -> tuple[str, str]:
