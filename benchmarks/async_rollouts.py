@@ -391,7 +391,8 @@ def replay(seed: int = 2, staleness: int = 1, updates: int = 20,
             transitions = sum(len(t.transitions) for t in rollouts[broke])
             changes["mini_batch_size"] = math.ceil(transitions / changes.pop("mini_batches"))
         replayed = PaWTrainer(replace(config, **changes))
-        state = states[broke]
+        # a copy: the optimizer takes the state's tensors as they are and steps them in place
+        state = copy.deepcopy(states[broke])
         replayed.model.load_state_dict(state["model"])
         replayed.optimizer.load_state_dict(state["optimizer"])
         replayed.scheduler.load_state_dict(state["scheduler"])

@@ -5,12 +5,13 @@ A run *has collapsed* at update s when every episode of the rollouts of the last
 validated, after the run had succeeded: the best success rate it had seen before, in a rollout
 or a validation, must make K rollouts of n episodes without a win rarer than once in a thousand,
 (1 − best)^(K·n) < 10⁻³, so that a task the policy rarely wins is not called collapsed. After a
-collapse every episode of a group scores the same, so every GRPO advantage is 0
-(``zero_advantage_groups`` 1) and only the PaW term trains, with λ_g = 1. Why K = 3: over the
-464 stored runs of the studies (benchmarks/README.md, "When a run collapses") a single failed
-rollout was followed by a recovery in 21 runs, two in a row in 4 and three in a row in 3, while
-every run whose rollouts failed to its end was seen with K = 3 unless fewer than 3 updates
-were left.
+collapse the episodes of a group often score the same (every action invalid), so every GRPO
+advantage is 0 (``zero_advantage_groups`` 1) and only the PaW term trains, with λ_g = 1. Why
+K = 3: replayed
+through this watch, the stored runs of the studies (``python -m benchmarks.collapse --watch``,
+benchmarks/README.md) show short runs of failed rollouts that recover (a smaller K calls more
+of them collapsed) and runs that fail to their end, which K = 3 finds unless fewer than 3
+updates are left.
 
 The best checkpoint is the saved one with the highest score: the success of a validation of
 its own weights (at its update), else the success of the first rollout its weights sampled (the
