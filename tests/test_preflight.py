@@ -38,7 +38,8 @@ def test_what_the_config_declares_is_refused_when_it_is_made(tiny_model_dir, tmp
      "env_kwargs ['colour'] are not arguments of PaW/Shelf-v0; it accepts ['split', "
      "'shelf_sizes']", False),
     ({"model": "runs/nowhere/model"}, "model folder 'runs/nowhere/model' does not exist", True),
-    ({"model": "not a model"}, "model 'not a model' is neither a folder nor a hub id", False),
+    ({"model": "not a model"}, "model 'not a model' is neither a folder, a .gguf file, a hub "
+                               "id", False),
 ])
 def test_each_mistake_is_one_line_naming_the_value(tiny_model_dir, tmp_path, overrides, message,
                                                    missing_file):
