@@ -63,6 +63,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -629,11 +630,22 @@ def lock_holder(folder: Path) -> str | None:
         try:  # shared: the ranks of a launch probe at once
             fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            text = os.read(handle, 4096).decode("utf-8", "replace").strip()
-            return _printable(text[:400]) or "another process"
+            return _holder_line(handle)
         return None
     finally:
         os.close(handle)
+
+
+def _holder_line(handle: int) -> str:
+    """The holder's line in a lock file held by another process. The holder writes it just
+    after taking the lock, so a process that meets the lock in between reads it again for up
+    to a second rather than naming no one."""
+    for _ in range(100):
+        text = os.pread(handle, 4096, 0).decode("utf-8", "replace").strip()
+        if text:
+            return _printable(text[:400])
+        time.sleep(0.01)
+    return "another process"
 
 
 def _locked(folder: Path, flag: str, holder: str) -> OutputLocked:
@@ -664,9 +676,9 @@ def _lock(folder: Path, flag: str) -> int:
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.read(handle, 4096).decode("utf-8", "replace").strip()
+        holder = _holder_line(handle)
         os.close(handle)
-        raise _locked(folder, flag, _printable(holder[:400]) or "another process") from None
+        raise _locked(folder, flag, holder) from None
     os.ftruncate(handle, 0)
     os.pwrite(handle, f"pid {os.getpid()} (`{' '.join(_command_line())}`)".encode(), 0)
     return handle

@@ -278,6 +278,34 @@ def test_a_second_writer_is_refused_with_the_holders_pid_and_command(tmp_path):
         claim_folder(out, "sft", overwrite=True).release()
 
 
+_LOCK_THEN_WRITE = """
+import fcntl, os, sys, time
+handle = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+fcntl.flock(handle, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(0.3)  # the window between taking the lock and writing one's line in it
+os.pwrite(handle, f"pid {os.getpid()} (`late`)".encode(), 0)
+time.sleep(30)
+"""
+
+
+def test_a_writer_met_before_it_wrote_its_line_is_still_named(tmp_path):
+    """Two commands started together: the loser can meet the lock in the instant after the
+    winner took it and before it wrote its pid (a CI run did); the message names it anyway."""
+    out = tmp_path / "run"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", _LOCK_THEN_WRITE, str(out / LOCK)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(OutputLocked, match=rf"is being written by pid {holder.pid} "
+                                               rf"\(`late`\)"):
+            claim_folder(out, "sft", overwrite=True)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_a_lock_deleted_by_hand_stops_the_first_writer_before_it_writes_the_manifest(
         tmp_path):
     out = tmp_path / "run"
