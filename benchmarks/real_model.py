@@ -239,22 +239,24 @@ def report(name: str) -> str:
                          f"actions ({cpu / 60:.1f} CPU min)")
     runs = results.get("rl", {})
     if runs:
-        lines += ["", "| seed | variant | held-out at update 0 → last (%) | Δ (pp) | train success "
-                      "first → last update (%) | mean λ_g | WM coverage | wm_leak | CPU min |",
-                  "|---:|---|---|---:|---|---:|---:|---:|---:|"]
+        lines += ["", "| seed | variant | held-out success at each validation (%) | Δ (pp) | "
+                      "held-out invalid first → last (%) | train success first → last update "
+                      "(%) | mean λ_g | WM coverage | wm_leak | CPU min |",
+                  "|---:|---|---|---:|---|---|---:|---:|---:|---:|"]
         for key in sorted(runs, key=lambda k: (runs[k]["seed"], runs[k]["paw"])):
             r = runs[key]
             val = {int(k): v for k, v in r["val"].items()}
+            invalid = {int(k): v for k, v in r["val_invalid"].items()}
             first, last = val[min(val)], val[max(val)]
+            # λ_g, coverage and leak describe the world-model term, which GRPO does not train.
+            paw_columns = (f"{r['lambda_mean']:.2f} | {r['wm_coverage'] or 0:.2f} | "
+                           f"{r['wm_leak']:.3f}") if r["paw"] else "– | – | –"
             lines.append(
                 f"| {r['seed']} | {'GRPO + PaW' if r['paw'] else 'GRPO'} | "
                 + " → ".join(f"{100 * val[k]:.1f}" for k in sorted(val))
-                + f" | {100 * (last - first):+.1f} | {100 * r['train_success'][0]:.0f} → "
-                f"{100 * r['train_success'][-1]:.0f} | "
-                + (f"{r['lambda_mean']:.2f}" if r["lambda_mean"] is not None else "–")
-                + f" | {r['wm_coverage'] or 0:.2f} | "
-                + (f"{r['wm_leak']:.3f}" if r["wm_leak"] is not None else "–")
-                + f" | {r['cpu_s'] / 60:.0f} |")
+                + f" | {100 * (last - first):+.1f} | {100 * invalid[min(invalid)]:.0f} → "
+                f"{100 * invalid[max(invalid)]:.0f} | {100 * r['train_success'][0]:.0f} → "
+                f"{100 * r['train_success'][-1]:.0f} | {paw_columns} | {r['cpu_s'] / 60:.0f} |")
         seeds = sorted({r["seed"] for r in runs.values() if f"grpo-s{r['seed']}" in runs
                         and f"grpo_paw-s{r['seed']}" in runs})
 
@@ -266,8 +268,8 @@ def report(name: str) -> str:
             val = {int(k): v for k, v in runs[key]["val"].items()}
             return 100 * (val[max(val)] - val[min(val)])
 
+        lines.append("")
         if len(seeds) >= 2:
-            lines.append("")
             for variant, label in (("grpo", "GRPO"), ("grpo_paw", "GRPO + PaW")):
                 mean, half = mean_ci([gain(f"{variant}-s{s}") for s in seeds])
                 lines.append(f"- {label}: held-out gain {mean:+.1f} ± {half:.1f} pp over "
