@@ -158,13 +158,15 @@ def train_and_evaluate(start: Path, output_dir: Path, seed: int = 0, updates: in
     from training.trainer import PaWTrainer
 
     algo = overrides.get("algo", "grpo")
+    # Checkpoints only at the end, unless a variant asks for more (a rollback needs them).
     settings = dict(algo=algo, lora=False, n_groups=8, group_size=8,
-                    lr=3e-4 / (10.0 if algo == "rloo" else 1.0), mini_batch_size=mini_batch_size)
+                    lr=3e-4 / (10.0 if algo == "rloo" else 1.0), mini_batch_size=mini_batch_size,
+                    save_every=0)
     config = TrainConfig(
         model=str(start), env_id=env.id, env_kwargs={"split": "train"}, template=TEMPLATE,
         history_length=0, max_episode_steps=env.max_steps, max_new_tokens=24,
         total_steps=updates, max_seq_len=512, seed=seed, output_dir=str(output_dir),
-        overwrite=True, save_every=0, device="cpu", progress=False, log_every=0,
+        overwrite=True, device="cpu", progress=False, log_every=0,
         record_replay=False, val_every=max(1, updates // MILESTONES), val_before_train=True, val_split="test",
         val_temperature=VAL_TEMPERATURE,
         val_wm_replay=str(wm_transitions) if wm_transitions else None,
