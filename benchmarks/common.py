@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,20 +65,13 @@ def set_threads(n: int = 1) -> None:
 
 
 def machine() -> dict[str, Any]:
-    """Where the figures were measured."""
-    import torch
+    """Where and when the figures were measured: the results files' machine record
+    (:func:`training.infra.numerics.machine`: CPU, torch's kernels, numerics mode, lock hash,
+    Python), the date and the cores."""
+    from training.infra.numerics import machine as record
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "cpu": cpu,
-            "cores": os.cpu_count(), "torch": torch.__version__,
-            "torch_threads": torch.get_num_threads(), "python": platform.python_version()}
+    return {"date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), **record(),
+            "cores": os.cpu_count()}
 
 
 def _done(path: Path) -> bool:

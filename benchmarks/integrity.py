@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import tempfile
 import time
@@ -133,24 +132,13 @@ def main(argv=None) -> dict:
                   f"{100 * r['verify_over_load']:.1f} % to a load", flush=True)
     import torch
 
-    result = {"cpu": _cpu_name(), "device": args.device,
+    result = {"machine": C.machine(), "device": args.device,
               "device_name": torch.cuda.get_device_name() if args.device.startswith("cuda")
-              else "cpu", "torch_threads": torch.get_num_threads(), "repeats": args.repeats,
+              else "cpu", "repeats": args.repeats,
               "rows": rows}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     return result
-
-
-def _cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), or what ``platform`` says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

@@ -217,6 +217,8 @@ CHECKPOINT_STATE = Record("checkpoint state", (
         Field("failing", "list", items="int"),
         Field("said", "bool"),
     )), required=False),
+    # training.infra.numerics.machine(): where the checkpoint was made; recorded, not read
+    Field("machine", "object", required=False),
 ))
 
 _POLICY_OUTPUT = Record("policy output", (

@@ -16,10 +16,12 @@ def _result(success: float) -> EvalResult:
 
 
 def test_results_markdown_has_before_after_per_task_and_rl_pool():
+    from training.infra.numerics import machine, machine_line
+
     config = DemoConfig(train_pool=8, group_size=8, n_groups=4, rl_steps=12)
     text = results_markdown([("held-out", _result(0.0), _result(2.0)),
                              ("training-pool", _result(15.6), _result(40.6))],
-                            config, {"SFT warm start": 200.0, "RL training": 300.5})
+                            config, {"SFT warm start": 200.0, "RL training": 300.5}, machine())
     assert "## held-out tasks (split `test`" in text
     assert "## training-pool tasks (split `train`" in text
     assert "| beauty | 4 | 15.6 | 40.6 |" in text
@@ -29,6 +31,7 @@ def test_results_markdown_has_before_after_per_task_and_rl_pool():
     assert "The training-pool table plays the first 8 goals, 1 episode each. The held-out " \
            "table plays every held-out task 4 times" in text
     assert "Total: 500 s" in text
+    assert f"\n{machine_line(machine())}\n" in text  # the CPU and the numerics mode
     assert "## What the numbers mean" in text and "- **leak**: wm_leak: " in text
     assert "Validation" not in text  # no validation, no line about it
 
@@ -37,6 +40,7 @@ def test_the_summary_names_the_best_and_the_last_validation(tmp_path):
     import json
 
     from training.demo import validation_line, validation_summary
+    from training.infra.numerics import machine
 
     metrics = tmp_path / "metrics.jsonl"
     records = [{"step": 0, "val_success": 0.5}, {"step": 1, "success": 0.5},
@@ -52,7 +56,8 @@ def test_the_summary_names_the_best_and_the_last_validation(tmp_path):
                     "100.0 % at update 5, last 95.8 % at update 12. The tables show the policy "
                     "after the last update (12), not the best one; the difference is 4.2 points.")
     config = DemoConfig()
-    text = results_markdown([("held-out", _result(0.0), _result(2.0))], config, {}, validation)
+    text = results_markdown([("held-out", _result(0.0), _result(2.0))], config, {},
+                            machine(), validation)
     assert line in text
     assert validation_summary(tmp_path / "missing.jsonl") is None
 

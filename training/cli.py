@@ -32,6 +32,7 @@ import warnings
 
 from training.commands.common import UserError
 from training.commands.flags import CommandParser
+from training.infra import numerics
 from training.preflight import PreflightError
 
 #: Modules that define subcommands, in the order ``paw-gym --help`` lists them.
@@ -80,6 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     # free cores made one 48-episode eval 66 s instead of 1 s. Set before anything imports
     # torch (parsing a command's flags imports transformers, which imports it).
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # The numerics mode, for the same reason before torch loads: its kernels are chosen then.
+    try:
+        numerics.apply()
+    except numerics.NumericsError as error:
+        print(f"paw-gym: error: {error}", file=sys.stderr)
+        return 2
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

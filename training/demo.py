@@ -152,6 +152,7 @@ def _run_demo(config: DemoConfig, out: Path, log) -> dict[str, Any]:
 
     from paw_gym.outputs import seal, staged, write_text_atomically
     from training.evaluate import evaluate, load_policy, write_tables
+    from training.infra.numerics import machine
     from training.warmstart.sft import SFTConfig, record_expert_demos, run_sft
     from training.trainer import PaWTrainer
 
@@ -236,11 +237,12 @@ def _run_demo(config: DemoConfig, out: Path, log) -> dict[str, Any]:
                "sft": sft_history, "rl_last_step": history[-1] if history else {},
                "before": asdict(before.row()), "after": asdict(after.row()),
                "before_train_tasks": asdict(before_train.row()),
-               "after_train_tasks": asdict(after_train.row()), "validation": validation}
+               "after_train_tasks": asdict(after_train.row()), "validation": validation,
+               "machine": machine()}
     write_text_atomically(out / "summary.json", json.dumps(summary, indent=2))
     tables = [("held-out", before, after), ("training-pool", before_train, after_train)]
     write_text_atomically(out / "results.md", results_markdown(tables, config, timings,
-                                                               validation))
+                                                               summary["machine"], validation))
     return summary
 
 
@@ -315,13 +317,15 @@ def pretraining_context(config: DemoConfig) -> str:
 def base_recipe(config: DemoConfig, demos: Path) -> dict[str, Any]:
     """Everything the base model's weights depend on, the cache key of
     :func:`cached_base`: the settings, a digest of the demo transcripts (so a change to the
-    env's text, the prompts or the expert rebuilds it), the torch thread count (float sums
-    differ between thread counts) and the versions of the libraries that initialise, tokenise
-    and train."""
+    env's text, the prompts or the expert rebuilds it), the torch thread count and the numerics
+    mode (float sums differ between thread counts, and in ``native`` mode between CPUs:
+    :func:`training.infra.numerics.numerics_key`) and the versions of the libraries that
+    initialise, tokenise and train."""
     import tokenizers
     import torch
     import transformers
 
+    from training.infra.numerics import numerics_key
     from wrappers import WMReplay
 
     digest = hashlib.sha256()
@@ -333,7 +337,7 @@ def base_recipe(config: DemoConfig, demos: Path) -> dict[str, Any]:
         "expert_epsilon", "max_steps", "history_length", "size", "seed", "pretrain_steps",
         "pretrain_lr")}, "pretrain_wm_context": pretraining_context(config),
         "demos_sha256": digest.hexdigest(),
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": torch.get_num_threads(), "numerics": numerics_key(),
         "libraries": {"torch": torch.__version__, "transformers": transformers.__version__,
                       "tokenizers": tokenizers.__version__}}
 
@@ -435,9 +439,12 @@ GOOD_RESULT = ("A good run of the default demo raises held-out success by 20 poi
 
 
 def results_markdown(tables, config: DemoConfig, timings: dict[str, float],
-                     validation: dict[str, Any] | None = None) -> str:
+                     machine: dict[str, Any], validation: dict[str, Any] | None = None) -> str:
     """Before/after per task type for each (name, before, after) evaluation, the validation
-    curve's first, best and last points, timings and a glossary."""
+    curve's first, best and last points, timings, the machine (a
+    :func:`training.infra.numerics.machine` record) and a glossary."""
+    from training.infra.numerics import machine_line
+
     lines = [f"# paw-gym demo: {config.algo.upper()}{' + PaW' if config.paw else ''} on "
              f"{config.env_id} ({config.size} tiny model)", ""]
     for name, before, after in tables:
@@ -469,7 +476,8 @@ def results_markdown(tables, config: DemoConfig, timings: dict[str, float],
               "point differs from the table's 'before' by sampling alone.", "",
               *([validation_line(validation), ""] if validation else []),
               "Timings (s): " + ", ".join(f"{k} {v}" for k, v in timings.items()),
-              f"Total: {sum(timings.values()):.0f} s", "", "Curves: `curves.png`; metrics: "
+              f"Total: {sum(timings.values()):.0f} s", "",
+              machine_line(machine), "", "Curves: `curves.png`; metrics: "
               "`rl/metrics.jsonl`.", "", "## What the numbers mean", "",
               *[f"- **{name}**: {text}" for name, text in GLOSSARY], "", GOOD_RESULT]
     return "\n".join(lines) + "\n"

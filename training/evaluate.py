@@ -323,6 +323,7 @@ def evaluate(agent, env_id: str, task_seeds: Sequence[int] | EvalPlan, *,
     """
     from agents.envs import env_factory
     from agents.rollout import rollout
+    from training.infra.numerics import machine
 
     plan = task_seeds if isinstance(task_seeds, EvalPlan) else \
         EvalPlan(env_settings.get("split"), list(task_seeds), [None] * len(task_seeds), 1, None)
@@ -345,5 +346,5 @@ def evaluate(agent, env_id: str, task_seeds: Sequence[int] | EvalPlan, *,
                                num_env_workers=num_env_workers)
     info = {"env_id": env_id, "temperature": temperature, "trials": trials,
             "max_new_tokens": max_new_tokens, "max_steps": max_steps, "sampling_seed": seed,
-            **plan.describe(), **(meta or {})}
+            **plan.describe(), "machine": machine(), **(meta or {})}
     return summarize(trajectories, info)

@@ -26,6 +26,7 @@ from training.infra.collapse import CollapseWatch
 from training.infra import distributed
 from training.infra.seeding import seed_everything
 from training.infra.metrics_log import MetricsLogger
+from training.infra.numerics import machine
 from training.infra.plots import plot_curves
 from training.models import (Reference, ValueModel, build_policy, build_vllm_policy,
                              trainable_parameters)
@@ -914,7 +915,8 @@ class PaWTrainer:
             state = {"step": self.step, "skipped_updates": self.skipped_updates,
                      "scheduler": self.scheduler.state_dict(), "rng": rng_states[0],
                      "world_size": world.world_size, "rank_rng": rng_states[1:],
-                     "config": asdict(self.config), "collapse": self.collapse.state()}
+                     "config": asdict(self.config), "collapse": self.collapse.state(),
+                     "machine": machine()}
             if ahead is not None:
                 state["rollouts_ahead"] = {"max_staleness": self.config.max_staleness,
                                            "steps": [rollout.step for rollout in ahead]}

@@ -25,6 +25,7 @@ def run(args) -> int:
     from training.commands.flags import arguments_from
     from training.demo import (DEMO_WRITES, GOOD_RESULT, DemoConfig, check_demo_config,
                                run_demo, validation_line)
+    from training.infra.numerics import machine_line
 
     config = arguments_from(args, DemoConfig)
     try:
@@ -47,6 +48,7 @@ def run(args) -> int:
     line = validation_line(summary["validation"])
     if line:
         print(line)
+    print(machine_line(summary["machine"]))  # the README's numbers name theirs
     print(f"total {sum(summary['timings_s'].values()):.0f} s; see {config.output_dir}/results.md "
           "(it also says what each figure measures)")
     print(GOOD_RESULT)

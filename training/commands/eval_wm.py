@@ -166,6 +166,7 @@ def transition_markdown(rows: list[dict], title: str, wm_context: str) -> str:
 
 def evaluate_world_model(arguments: EvalWMArguments) -> int:
     from training.commands.common import UserError, claim_output_files
+    from training.infra.numerics import machine
     from training.preflight import check_model
     from training.world_model import (SPLIT_KEY, EmbeddingReward, load_examples, predict,
                                       read_predictions, select_split, summarize_predictions,
@@ -186,7 +187,7 @@ def evaluate_world_model(arguments: EvalWMArguments) -> int:
         raise UserError("--from_predictions recomputes a prompted table; --format transition "
                         "needs the model")
     meta = {"tau": arguments.tau, "embedding_model": arguments.embedding_model,
-            "arguments": asdict(arguments), "format": fmt}
+            "arguments": asdict(arguments), "format": fmt, "machine": machine()}
     if arguments.from_predictions:
         try:
             records = read_predictions(arguments.from_predictions)
