@@ -264,15 +264,18 @@ def report(name: str) -> str:
             val = runs[key]["val"]
             return 100 * val[max(val, key=int)]
 
-        def gain(key):
-            val = {int(k): v for k, v in runs[key]["val"].items()}
+        def gain(key, curve="val"):
+            val = {int(k): v for k, v in runs[key][curve].items()}
             return 100 * (val[max(val)] - val[min(val)])
 
         lines.append("")
         if len(seeds) >= 2:
             for variant, label in (("grpo", "GRPO"), ("grpo_paw", "GRPO + PaW")):
                 mean, half = mean_ci([gain(f"{variant}-s{s}") for s in seeds])
-                lines.append(f"- {label}: held-out gain {mean:+.1f} ± {half:.1f} pp over "
+                invalid, invalid_half = mean_ci([gain(f"{variant}-s{s}", "val_invalid")
+                                                 for s in seeds])
+                lines.append(f"- {label}: held-out gain {mean:+.1f} ± {half:.1f} pp, invalid "
+                             f"actions {invalid:+.1f} ± {invalid_half:.1f} pp, over "
                              f"{len(seeds)} seeds (95 % CI)")
             mean, half = mean_ci([final(f"grpo_paw-s{s}") - final(f"grpo-s{s}") for s in seeds])
             lines.append(f"- GRPO + PaW − GRPO, final held-out success: {mean:+.1f} ± {half:.1f} "
