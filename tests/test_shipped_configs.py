@@ -56,15 +56,26 @@ REAL = REPO / "configs" / "real"
 
 
 @pytest.mark.parametrize("path", sorted(REAL.glob("*.yaml")), ids=lambda p: f"real/{p.name}")
-def test_each_real_model_config_loads_and_its_first_line_builds_its_start(path):
+def test_each_real_model_config_loads_and_its_first_line_builds_its_start(path, tmp_path,
+                                                                          monkeypatch, capsys):
     """configs/real: SFT configs of the offline instruct model, and RL configs whose ``# first:``
-    line is the SFT that writes their ``init_checkpoint``."""
+    line is the SFT that writes their ``init_checkpoint``: without it, train names that line."""
+    import yaml
+
+    from training.cli import main
     from training.warmstart.sft import SFTConfig
 
     if path.name.endswith("_sft.yaml"):
         config = load_config(path, cls=SFTConfig)
         assert config.model == "smollm2-135m-instruct" and config.lora
         return
+    monkeypatch.chdir(tmp_path)  # a fresh clone: the SFT has not run
+    assert main(["train", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.strip().endswith(
+        f"{path} says to run first: {first_steps(path)}"), err
+    assert not (tmp_path / "runs").exists()  # nothing created on the way
+    (tmp_path / yaml.safe_load(path.read_text())["init_checkpoint"]).mkdir(parents=True)
     config = load_config(path, cls=TrainConfig)
     assert config.model == "smollm2-135m-instruct" and config.lora
     first = first_steps(path)
