@@ -181,14 +181,15 @@ def throughput(rounds: int, updates: int, variants: list[str]) -> dict[str, Any]
     return result
 
 
-def _matmul_loop(iterations: int, queue) -> None:
-    """One thread of float32 512 × 512 matmuls; its wall seconds into ``queue``."""
+def _matmul_loop(iterations: int, queue, go) -> None:
+    """One thread of float32 512 × 512 matmuls once ``go`` is set; its wall seconds into
+    ``queue``."""
     import torch
 
     torch.set_num_threads(1)
     a = torch.randn(512, 512)
     queue.put(None)  # ready
-    queue.get()      # go
+    go.wait()
     start = time.perf_counter()
     for _ in range(iterations):
         a = (a @ a).tanh_()
@@ -208,15 +209,14 @@ def cores(rounds: int = 5, iterations: int = 400) -> dict[str, Any]:
     for _ in range(rounds):
         for kind, count in (("alone", 1), ("side_by_side", 2)):
             loads.append(os.getloadavg()[0])
-            queues = [context.Queue() for _ in range(count)]
-            processes = [context.Process(target=_matmul_loop, args=(iterations, q))
+            queues, go = [context.Queue() for _ in range(count)], context.Event()
+            processes = [context.Process(target=_matmul_loop, args=(iterations, q, go))
                          for q in queues]
             for process in processes:
                 process.start()
             for q in queues:
                 q.get()
-            for q in queues:
-                q.put("go")
+            go.set()  # both start together (a reply on the ready queue could be read back)
             times[kind] += [q.get() for q in queues]
             for process in processes:
                 process.join()

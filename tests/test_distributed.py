@@ -426,3 +426,68 @@ def test_the_bounded_join_makes_a_working_group_by_hand_and_under_torchrun(tmp_p
     done = _launch([*_torchrun(2), str(script)], tmp_path)
     # Each rank printed the sum, 2; under torchrun the two lines share one stream.
     assert done.returncode == 0 and "".join(done.stdout.split()) == "22", done.stderr[-2000:]
+
+
+
+
+#: One update of a stale rollout (pickled) from a config (JSON), in this process or as a rank of
+#: a launch: each rank takes its block of the rollout's groups, as its collector would have;
+#: rank 0 writes the update's metrics.
+STALE_UPDATE = textwrap.dedent("""
+    import json, pickle, sys
+    from training.config import TrainConfig
+    from training.infra.distributed import group_shard
+    from training.trainer import PaWTrainer
+
+    config, rollout, out = sys.argv[1:]
+    trainer = PaWTrainer(TrainConfig(**json.loads(open(config).read())))
+    trajectories = pickle.loads(open(rollout, "rb").read())
+    world = trainer.world
+    mine = group_shard(1 + max(t.group_index for t in trajectories), world.world_size,
+                       world.rank)
+    metrics = trainer.update([t for t in trajectories if t.group_index in mine])
+    if world.is_main:
+        open(out, "w").write(json.dumps(metrics))
+""")
+
+
+@pytest.mark.heavy
+def test_two_processes_compute_the_in_step_correction_of_one(tiny_model_dir, tmp_path):
+    """An update of one optimizer step computes the rollout correction in its own pass
+    (training.rl.correction), each rank on its rows, and the trainer adds (and for the largest
+    gap, max-reduces) the ranks' sums: on a rollout sampled by the weights of two updates
+    before, a 2-process update reports what one process does."""
+    import copy
+    import pickle
+
+    from training.config import TrainConfig
+    from training.trainer import PaWTrainer
+
+    values = dict(model=str(tiny_model_dir), env_id="PaW/Shelf-v0", n_groups=4, group_size=2,
+                  max_new_tokens=10, max_episode_steps=2, total_steps=2, lr=1e-2,
+                  mini_batch_size=0, token_budget=1024, device="cpu", progress=False,
+                  save_every=0, lora=False, record_replay=False,
+                  rollout_correction="sampler_clip", rollout_correction_cap=1.5)
+    trainer = PaWTrainer(TrainConfig(**values, output_dir=str(tmp_path / "train")))
+    stale = copy.deepcopy(trainer.policy)
+    trainer.train_step(), trainer.train_step()
+    trajectories = trainer.collect(stale, [3, 4, 5, 6], 2, 1.0, 11)
+    trainer.model.save_pretrained(tmp_path / "start")
+    trainer.tokenizer.save_pretrained(tmp_path / "start")
+    (tmp_path / "rollout.pkl").write_bytes(pickle.dumps(trajectories))
+    (tmp_path / "update.py").write_text(STALE_UPDATE)
+    metrics = {}
+    for name, command in {"one": [sys.executable], "two": _torchrun(2)}.items():
+        config = tmp_path / f"{name}.json"
+        config.write_text(json.dumps({**values, "model": str(tmp_path / "start"),
+                                      "output_dir": str(tmp_path / name)}))
+        done = _launch([*command, str(tmp_path / "update.py"), str(config),
+                        str(tmp_path / "rollout.pkl"), str(tmp_path / f"{name}.metrics")],
+                       tmp_path)
+        assert done.returncode == 0, done.stderr[-4000:]
+        metrics[name] = json.loads((tmp_path / f"{name}.metrics").read_text())
+    one, two = metrics["one"], metrics["two"]
+    assert one["rollout_logprob_gap_max"] > 0.05 and 0 < one["rollout_corrected_frac"] < 1
+    for key in ("rollout_logprob_gap", "rollout_logprob_gap_max", "rollout_corrected_frac",
+                "rollout_weight_mean", "transitions", "clip_frac", "optimizer_steps"):
+        assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-7), key

@@ -178,14 +178,18 @@ def _action_logprobs(model, transition) -> list[float]:
     return scores[len(out.prompt_ids) - 1:].tolist()
 
 
+@pytest.mark.parametrize("mini_batch_size", [2, 0], ids=["scoring-pass", "in-the-step"])
 @pytest.mark.parametrize("mode", ["token_truncate", "sampler_clip"])
-def test_a_stale_rollout_is_weighted_as_the_formula_says(tiny_model_dir, tmp_path, mode):
+def test_a_stale_rollout_is_weighted_as_the_formula_says(tiny_model_dir, tmp_path, mode,
+                                                         mini_batch_size):
     """A rollout sampled by the weights of two updates ago: the update scores it with its own
     weights (π_old), takes the PPO ratio against them, and weights each token by
-    min(π_old / μ, C); ``sampler_clip`` also keeps μ for its clip. With the correction off the
+    min(π_old / μ, C); ``sampler_clip`` also keeps μ for its clip. An update of several
+    optimizer steps stores π_old and the weights on its samples; one of a single step computes
+    them in that step's pass and leaves the samples as sampled. With the correction off the
     update keeps μ and no weights."""
     trainer = PaWTrainer(_config(tiny_model_dir, tmp_path, rollout_correction=mode,
-                                 rollout_correction_cap=1.5))
+                                 rollout_correction_cap=1.5, mini_batch_size=mini_batch_size))
     stale = copy.deepcopy(trainer.policy)
     trainer.train_step(), trainer.train_step()
     trajectories = trainer.collect(stale, [3, 4], 2, 1.0, 11)
@@ -197,11 +201,17 @@ def test_a_stale_rollout_is_weighted_as_the_formula_says(tiny_model_dir, tmp_pat
     samples = trainer._last_batch.samples
     assert len(samples) == len(transitions)
     gaps, capped = [], 0
+    steps = 1 if mini_batch_size == 0 else math.ceil(len(samples) / mini_batch_size)
+    assert metrics["optimizer_steps"] == steps and (steps > 1) == (mini_batch_size > 0)
     for sample, pi_old, mu in zip(samples, current, sampled):
-        assert sample.old_logprobs == pytest.approx(pi_old, abs=1e-4)
-        assert sample.sampler_logprobs == (mu if mode == "sampler_clip" else None)
-        expected = [min(math.exp(a - b), 1.5) for a, b in zip(pi_old, mu)]
-        assert sample.is_weights == pytest.approx(expected, rel=1e-3, abs=1e-5)
+        if mini_batch_size == 0:
+            assert (sample.old_logprobs, sample.sampler_logprobs, sample.is_weights) == (
+                mu, None, None)
+        else:
+            assert sample.old_logprobs == pytest.approx(pi_old, abs=1e-4)
+            assert sample.sampler_logprobs == (mu if mode == "sampler_clip" else None)
+            expected = [min(math.exp(a - b), 1.5) for a, b in zip(pi_old, mu)]
+            assert sample.is_weights == pytest.approx(expected, rel=1e-3, abs=1e-5)
         gaps += [abs(a - b) for a, b in zip(pi_old, mu)]
         capped += sum(math.exp(a - b) > 1.5 for a, b in zip(pi_old, mu))
     assert max(gaps) > 0.05, "the two updates should have moved the policy"

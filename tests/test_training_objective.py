@@ -331,6 +331,63 @@ def test_sampler_clip_at_the_first_step_has_the_gradient_of_none(model, cap, sam
     assert all(close) if same else not all(close)
 
 
+@pytest.mark.parametrize("mode, cap, two_sided", [
+    ("sampler_clip", 1.3, False), ("token_truncate", 1.3, False), ("token_mask", 1.3, True),
+    ("sequence_mask", 2.0, False), ("sequence_truncate", 1.5, False)])
+def test_a_correction_computed_in_the_pass_equals_one_from_a_scoring_pass(model, mode, cap,
+                                                                          two_sided):
+    """An update of one optimizer step computes the rollout correction inside its own forward
+    pass (π_old = the weights of that pass, training.rl.correction): the loss, the gradient and
+    the correction's metrics equal the literal objective with π_old scored beforehand."""
+    from training.rl.correction import correction_weights
+
+    torch.manual_seed(5)  # _samples' noise: the same tokens corrected in any test order
+    in_pass = _samples(model, ref=True)  # old_logprobs: μ, the current log-probs + noise
+    scored = copy.deepcopy(in_pass)
+    with torch.no_grad():
+        pi_old = [_naive_logprobs(model, s)[0] for s in scored]
+    width = max(s.action_len for s in scored)
+    def pad(rows):
+        return torch.stack([torch.nn.functional.pad(torch.as_tensor(r, dtype=torch.float),
+                                                    (0, width - len(r))) for r in rows])
+
+    mask = pad([torch.ones(s.action_len) for s in scored]).bool()
+    whole = correction_weights(pad(pi_old), pad([s.old_logprobs for s in scored]), mask, mode,
+                               cap, two_sided)
+    assert 0 < whole.corrected_frac < 1, "the cap should correct some tokens and not others"
+    for i, s in enumerate(scored):
+        if mode == "sampler_clip":
+            s.sampler_logprobs = s.old_logprobs
+        s.old_logprobs = pi_old[i].tolist()
+        s.is_weights = whole.weights[i, :s.action_len].tolist()
+    selected = torch.tensor([i % 2 == 0 for i in range(len(in_pass))])
+    lam = {0: 0.8, 1: 0.3, 2: 1.0}
+    settings = ObjectiveSettings(kl_coef=0.1)
+    model.zero_grad()
+    expected = _literal_objective(model, scored, selected, lam, settings)
+    expected.backward()
+    expected_grads = _grads(model)
+    model.zero_grad()
+    got, stats = _batched_objective(model, in_pass, selected, lam, ObjectiveSettings(
+        kl_coef=0.1, rollout_correction=mode, rollout_correction_cap=cap,
+        rollout_correction_two_sided=two_sided), budget=40)
+    assert len(stats) > 1, "several micro-batches: the metrics add up over them"
+    assert got == pytest.approx(expected.item(), rel=1e-4, abs=1e-6)
+    grads = _grads(model)
+    for name, grad in expected_grads.items():
+        assert torch.allclose(grads[name], grad, atol=1e-5, rtol=1e-3), name
+    total = lambda key: sum(stat[key] for stat in stats)  # noqa: E731
+    tokens = sum(s.action_len for s in in_pass)
+    assert total("correction_tokens") == tokens
+    units = len(in_pass) if mode.startswith("sequence") else tokens
+    assert total("correction_units") == units
+    assert total("correction_gap_sum") / tokens == pytest.approx(whole.gap_mean, rel=1e-4)
+    assert max(stat["correction_gap_max"] for stat in stats) == pytest.approx(whole.gap_max,
+                                                                             rel=1e-4)
+    assert total("correction_corrected") / units == pytest.approx(whole.corrected_frac)
+    assert total("correction_weight_sum") / tokens == pytest.approx(whole.weight_mean, rel=1e-4)
+
+
 def test_objective_weights_are_group_means_and_lambda_zero_removes_wm(model):
     samples = _samples(model)
     selected = torch.tensor([True, False] * 4 + [True])

@@ -212,8 +212,9 @@ class TrainConfig(CheckedConfig):
     """RL loss aggregation inside a group: token or sequence."""
     rollout_correction: RolloutCorrection = "none"
     """Importance weights for the gap between the policy that sampled the rollout (its stored
-    log-probs) and the weights the update starts from, which the trainer scores in one extra
-    no-grad pass; the PPO ratio is then taken against those weights. ``sampler_clip``:
+    log-probs) and the weights the update starts from (their log-probs: from the step's own
+    forward pass when the update takes one optimizer step, else one extra no-grad pass); the
+    PPO ratio is then taken against those weights. ``sampler_clip``:
     w = min(r, cap) per token, and the PPO clip also on the ratio to the sampler (the trust
     region ``none`` has, kept: the mode for stale rollouts); ``token_truncate``: w = min(r, cap)
     per token; ``token_mask``: w = r, or 0 where r > cap; ``sequence_truncate`` /

@@ -79,6 +79,16 @@ def drop_replay_after(output: Output, step: int) -> None:
 Collector = Callable[[Any, list[int], int, float, int], list[Trajectory]]
 
 
+def _correction_metrics(totals: dict[str, float]) -> dict[str, float]:
+    """The rollout correction's metrics from the sums of the passes that computed it (named as
+    :meth:`PaWTrainer._apply_rollout_correction` names them)."""
+    tokens, units = totals["correction_tokens"], totals["correction_units"]
+    return {"rollout_logprob_gap": totals["correction_gap_sum"] / tokens if tokens else 0.0,
+            "rollout_logprob_gap_max": totals["correction_gap_max"],
+            "rollout_corrected_frac": totals["correction_corrected"] / units if units else 0.0,
+            "rollout_weight_mean": totals["correction_weight_sum"] / tokens if tokens else 1.0}
+
+
 class PaWTrainer:
     """On-policy agentic RL (GRPO / GiGPO / RLOO / PPO) with PaW world-model co-training.
 
@@ -117,7 +127,10 @@ class PaWTrainer:
         self.settings = ObjectiveSettings(
             paw=config.paw, wm_loss=config.wm_loss, rho=config.rho, clip_eps=config.clip_eps,
             clip_eps_high=config.clip_eps_high, kl_coef=config.kl_coef, rl_agg=config.rl_agg,
-            action_temperature=config.temperature, entropy_coef=config.entropy_coef)
+            action_temperature=config.temperature, entropy_coef=config.entropy_coef,
+            rollout_correction=config.rollout_correction,
+            rollout_correction_cap=config.rollout_correction_cap,
+            rollout_correction_two_sided=config.rollout_correction_two_sided)
         if not trainable_parameters(self.model):
             raise ValueError("the model has no trainable parameters")
         # Copies of the unsharded weights, before sharding: the KL reference, PPO's critic
@@ -567,14 +580,17 @@ class PaWTrainer:
                 RuntimeWarning, stacklevel=2)
         if self.reference is not None:
             self._attach_reference_logprobs(batch)
+        n = len(batch.samples)
+        size = n if config.mini_batch_size <= 0 else config.mini_batch_size
+        # One optimizer step on the whole rollout: π_old is the step's own forward pass, which
+        # computes the correction itself (training.rl.objective.micro_batch_loss).
+        one_step = config.ppo_epochs == 1 and size >= n
         correction = (self._apply_rollout_correction(batch)
-                      if config.rollout_correction != "none" else {})
+                      if config.rollout_correction != "none" and not one_step else {})
         # Measured on the weights that sampled the rollout, before this update changes them.
         noise = self._noise_gradient_shares(batch) if config.noise_gradient_metric else {}
         totals: dict[str, float] = {}
         order_rng = torch.Generator().manual_seed(config.seed * 7919 + self.step)
-        n = len(batch.samples)
-        size = n if config.mini_batch_size <= 0 else config.mini_batch_size
         norms = []
         bar = progress_bar(total=config.ppo_epochs * math.ceil(n / size), desc="update",
                            unit="mini-batch", leave=False, progress=self._phase_progress())
@@ -593,8 +609,11 @@ class PaWTrainer:
                     self._optimize_critic(batch, rows, totals)
         bar.close()
         summed = self.world.reduce({k: v for k, v in totals.items()
-                                    if k not in RANK_INDEPENDENT_TOTALS})
-        totals = {**totals, **summed}
+                                    if k not in RANK_INDEPENDENT_TOTALS and not k.endswith("_max")})
+        largest = {k: v for k, v in totals.items() if k.endswith("_max")}
+        totals = {**totals, **summed, **self.world.reduce(largest, "max")}
+        if "correction_tokens" in totals:  # computed in the pass
+            correction = _correction_metrics(totals)
         update_time = time.perf_counter() - start - waited
         return {**self._metrics(batch, totals, norms, update_time), **noise, **correction}
 
@@ -698,7 +717,8 @@ class PaWTrainer:
 
     @torch.no_grad()
     def _apply_rollout_correction(self, batch: RolloutBatch) -> dict[str, float]:
-        """Score every action token with the weights the update starts from (π_old), weight it
+        """For an update of several optimizer steps (one step computes it in its own pass):
+        score every action token with the weights the update starts from (π_old), weight it
         by ``rollout_correction`` against the rollout's own log-probs (μ), and take the PPO
         ratio against π_old from here on (``training.rl.correction``). Returns the
         correction's metrics for this update."""
@@ -750,7 +770,8 @@ class PaWTrainer:
                 continue
             stats["train_tokens"] = float(mb.attention_mask.sum())
             for key, value in stats.items():
-                totals[key] = totals.get(key, 0.0) + value
+                totals[key] = (max(totals.get(key, value), value) if key.endswith("_max")
+                               else totals.get(key, 0.0) + value)
         finite = self.world.all_true(finite)
         params = trainable_parameters(self.model)
         # FSDP's norm is a DTensor of the global norm.

@@ -5,9 +5,7 @@ A rollout stores, for each action token, the log-prob under the policy that samp
 (``PolicyOutput.logprobs``: HF ``generate`` or vLLM). The update starts from the trained model's
 weights, π_old. The two differ when the sampler's numerics differ from the trainer's (vLLM's
 kernels, bf16 generation) or when the sampler's weights are older than the trainer's (a stale
-rollout, ``async_rollouts``). With ``rollout_correction`` on, the trainer scores every action
-token with π_old before the update's first optimizer step (one no-grad pass) and the PPO-clip
-objective becomes
+rollout, ``async_rollouts``). With ``rollout_correction`` on, the PPO-clip objective becomes
 
     L_RL = Σ_t w_t · max(−ρ_t A, −clip(ρ_t, 1 − ε, 1 + ε_high) A) + β KL_t
            ρ_t = π_θ(a_t) / π_old(a_t)
@@ -46,6 +44,14 @@ truncated, and later optimizer steps of the update add the clip on ρ_t (the pro
 of AReaL's decoupled PPO). The weights carry no gradient. ``none`` keeps the earlier objective:
 ρ_t = π_θ / μ and w_t = 1, with no extra pass. The PaW term is a supervised loss on observation
 tokens, which no policy sampled, so it takes no weight.
+
+Where π_old's log-probs come from. An update of several optimizer steps (mini-batches or PPO
+epochs) scores every action token with π_old before its first step, one no-grad pass over the
+rollout (``PaWTrainer._apply_rollout_correction``). An update of one optimizer step on the
+whole rollout, the main job's and async runs' setting, needs no such pass: π_old is the weights
+of that step's own forward pass, so its log-probs, detached, are π_old's, and the pass computes
+the weights itself (``training.rl.objective.micro_batch_loss``). The pass cost the corrected
+async run a third of its update time (``benchmarks/README.md``, "Asynchronous rollouts").
 
 Reference: :func:`correction_weights` on padded ``[rows, tokens]`` tensors, a pure function.
 """

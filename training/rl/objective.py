@@ -25,6 +25,7 @@ from typing import NamedTuple
 import torch
 
 from training.rl.batch import MicroBatch, Sample
+from training.rl.correction import correction_weights
 from training.rl.losses import (clipped_token_fraction, kl_k3, ppo_clip_token_loss,
                                 wm_token_loss)
 
@@ -51,6 +52,13 @@ class ObjectiveSettings:
     """Divide action logits by this (the rollout temperature) so ratios compare like with like."""
     entropy_coef: float = 0.0
     """Entropy bonus: subtract this × the action-token entropy, aggregated like L_RL(g)."""
+    rollout_correction: str = "none"
+    """``training.rl.correction``'s mode. Used here only for a micro-batch without precomputed
+    weights (``MicroBatch.is_weights`` None): π_old is then the weights of this very pass."""
+    rollout_correction_cap: float = 2.0
+    """Its cap C."""
+    rollout_correction_two_sided: bool = False
+    """Its mask modes also mask a ratio below 1 / C."""
 
 
 def split_causal_lm(model):
@@ -307,6 +315,19 @@ def wm_weights(groups: list[int], selected: torch.Tensor, group_lambda: dict[int
                          for g, chosen in zip(groups, selected)])
 
 
+def _correction_sums(result, action: torch.Tensor, mode: str) -> dict[str, float]:
+    """A correction computed in the pass (:func:`micro_batch_loss`) as sums over this
+    micro-batch, which the trainer adds over micro-batches (``*_max``: the largest) into the
+    metrics :class:`training.rl.correction.Correction` gives for a whole rollout."""
+    tokens = float(action.sum())
+    units = float(action.any(-1).sum()) if mode.startswith("sequence") else tokens
+    return {"correction_tokens": tokens, "correction_units": units,
+            "correction_gap_sum": result.gap_mean * tokens,
+            "correction_gap_max": result.gap_max,
+            "correction_corrected": result.corrected_frac * units,
+            "correction_weight_sum": result.weight_mean * tokens}
+
+
 def micro_batch_loss(model, batch: MicroBatch, w_rl: torch.Tensor, w_wm: torch.Tensor,
                      settings: ObjectiveSettings, chunk_size: int = 512
                      ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -326,11 +347,24 @@ def micro_batch_loss(model, batch: MicroBatch, w_rl: torch.Tensor, w_wm: torch.T
         batch, score_obs=wm_rows, action_temperature=settings.action_temperature,
         with_entropy=True, with_leak=True, chunk_size=chunk_size)
     action = batch.action_mask
-    token_loss, clipped = ppo_clip_token_loss(logprobs, batch.old_logprobs,
-                                              batch.advantages[:, None], settings.clip_eps,
-                                              settings.clip_eps_high, batch.sampler_logprobs)
-    if batch.is_weights is not None:  # rollout correction (training.rl.correction)
-        token_loss = token_loss * batch.is_weights
+    old, weights, sampler = batch.old_logprobs, batch.is_weights, batch.sampler_logprobs
+    correction_stats: dict[str, float] = {}
+    if settings.rollout_correction != "none" and weights is None:
+        # The update takes one optimizer step on the whole rollout, so π_old is this pass's own
+        # weights and its log-probs are this forward's, detached: no scoring pass
+        # (training.rl.correction). batch.old_logprobs hold the sampler's, μ.
+        old = (logprobs.detach() * action).float()
+        result = correction_weights(old, batch.old_logprobs, action,
+                                    settings.rollout_correction, settings.rollout_correction_cap,
+                                    settings.rollout_correction_two_sided)
+        weights = result.weights.to(logprobs.dtype)
+        if settings.rollout_correction == "sampler_clip":
+            sampler = batch.old_logprobs
+        correction_stats = _correction_sums(result, action, settings.rollout_correction)
+    token_loss, clipped = ppo_clip_token_loss(logprobs, old, batch.advantages[:, None],
+                                              settings.clip_eps, settings.clip_eps_high, sampler)
+    if weights is not None:  # rollout correction (training.rl.correction)
+        token_loss = token_loss * weights
     if settings.kl_coef > 0:  # to the reference, whoever sampled the token: not weighted
         if batch.ref_logprobs is None:
             raise ValueError("kl_coef > 0 needs reference log-probs on every sample")
@@ -356,6 +390,7 @@ def micro_batch_loss(model, batch: MicroBatch, w_rl: torch.Tensor, w_wm: torch.T
         "leak_rows": float((~leak.isnan()).sum()),
         "wm_rows": 0.0, "wm_loss_sum": 0.0, "wm_term": 0.0,
         "obs_tokens": 0.0, "obs_clipped_tokens": 0.0,
+        **correction_stats,
     }
     if wm_rows.any():
         obs = batch.obs_mask & wm_rows[:, None]
