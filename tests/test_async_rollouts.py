@@ -202,6 +202,7 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+@pytest.mark.heavy  # kill-and-resume / base build: 15-25 s of the 8-minute fast suite
 def test_a_killed_async_run_resumes_as_if_it_had_never_stopped(tiny_model_dir, tmp_path):
     """SIGKILL inside update 3 of 4 (max_staleness 1: rollout 3 was sampled ahead and stored with
     checkpoint 2). The worker notices and exits; --resume trains on the stored rollout and

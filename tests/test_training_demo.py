@@ -151,6 +151,7 @@ print(hashlib.sha256(b"".join(weights[k].numpy().tobytes() for k in sorted(weigh
 """
 
 
+@pytest.mark.heavy  # kill-and-resume / base build: 15-25 s of the 8-minute fast suite
 def test_the_same_seed_builds_a_bit_identical_base(tmp_path):
     """Two fresh processes (other hash seeds, empty caches) build the same weights: tokenizer,
     initialisation, demo order and pretraining are all deterministic for a thread count."""
