@@ -82,11 +82,12 @@ Collector = Callable[[Any, list[int], int, float, int], list[Trajectory]]
 def _correction_metrics(totals: dict[str, float]) -> dict[str, float]:
     """The rollout correction's metrics from the sums of the passes that computed it (named as
     :meth:`PaWTrainer._apply_rollout_correction` names them)."""
-    tokens, units = totals["correction_tokens"], totals["correction_units"]
-    return {"rollout_logprob_gap": totals["correction_gap_sum"] / tokens if tokens else 0.0,
-            "rollout_logprob_gap_max": totals["correction_gap_max"],
-            "rollout_corrected_frac": totals["correction_corrected"] / units if units else 0.0,
-            "rollout_weight_mean": totals["correction_weight_sum"] / tokens if tokens else 1.0}
+    total = lambda key: totals.get(key, 0.0)  # noqa: E731 (absent: every pass was skipped)
+    tokens, units = total("correction_tokens"), total("correction_units")
+    return {"rollout_logprob_gap": total("correction_gap_sum") / tokens if tokens else 0.0,
+            "rollout_logprob_gap_max": total("correction_gap_max"),
+            "rollout_corrected_frac": total("correction_corrected") / units if units else 0.0,
+            "rollout_weight_mean": total("correction_weight_sum") / tokens if tokens else 1.0}
 
 
 class PaWTrainer:
@@ -585,6 +586,7 @@ class PaWTrainer:
         # One optimizer step on the whole rollout: π_old is the step's own forward pass, which
         # computes the correction itself (training.rl.objective.micro_batch_loss).
         one_step = config.ppo_epochs == 1 and size >= n
+        in_pass = config.rollout_correction != "none" and one_step
         correction = (self._apply_rollout_correction(batch)
                       if config.rollout_correction != "none" and not one_step else {})
         # Measured on the weights that sampled the rollout, before this update changes them.
@@ -610,9 +612,10 @@ class PaWTrainer:
         bar.close()
         summed = self.world.reduce({k: v for k, v in totals.items()
                                     if k not in RANK_INDEPENDENT_TOTALS and not k.endswith("_max")})
-        largest = {k: v for k, v in totals.items() if k.endswith("_max")}
-        totals = {**totals, **summed, **self.world.reduce(largest, "max")}
-        if "correction_tokens" in totals:  # computed in the pass
+        totals = {**totals, **summed}
+        if in_pass:  # every rank knows it from the config: the max-reduce runs on all or none
+            largest = {k: v for k, v in totals.items() if k.endswith("_max")}
+            totals.update(self.world.reduce(largest, "max"))
             correction = _correction_metrics(totals)
         update_time = time.perf_counter() - start - waited
         return {**self._metrics(batch, totals, norms, update_time), **noise, **correction}
