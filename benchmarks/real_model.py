@@ -57,6 +57,15 @@ class Recipe:
     """Step limit of an evaluated episode (None: the env's registered limit)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Env arguments of every stage (e.g. an ALFWorld game folder)."""
+    eval_temperature: float | None = None
+    """Sampling temperature of every ``paw-gym eval`` (0: greedy; None: eval's default, 0.4)."""
+    wm_held_out: int = 0
+    """Noisy-expert (ε = 0.5) episodes of the held-out split recorded once by the ``sft``
+    stage; every validation of an RL run then reads the policy as a world model on their
+    transitions (``--val_wm_replay``: ``val_wm_token``, ``val_wm_exact``). 0: none."""
+    checkpoint_evals: bool = False
+    """After an RL run, evaluate each of its checkpoints with ``paw-gym eval`` (every held-out
+    task once, at ``eval_temperature``), besides the run's own validations."""
 
 
 #: WebShop's real products (the 1,000-product WebShop-small catalog), where this checkout has
@@ -72,6 +81,12 @@ RECIPES: dict[str, Recipe] = {
                          "configs/real/frozenlake_smollm2_sft.yaml", eval_limit=48, max_steps=12),
     # 20 of the 500 held-out goals (stratified), at most 10 steps each: an episode of a model
     # that never buys costs ~7,000 prompt tokens on one core.
+    # Issue 55: the paper's sparse-reward regime. The Shelf SFT start sampled at 1.0 (97 %
+    # invalid actions); greedy evaluations with the RL run's token and step budgets.
+    "shelf-sparse": Recipe("PaW/Shelf-v0", "train", 24, "configs/real/shelf_smollm2_sft.yaml",
+                           "configs/real/shelf_smollm2_sparse_grpo_paw.yaml",
+                           max_new_tokens=32, max_steps=4, eval_temperature=0.0,
+                           wm_held_out=48, checkpoint_evals=True),
     "webshop": Recipe("PaW/WebShop-v0", "train", 24, "configs/real/webshop_smollm2_sft.yaml",
                       eval_limit=20, max_steps=10,
                       env_kwargs={"data_dir": str(WEBSHOP_DATA), "expert": "visible"}),
@@ -112,6 +127,8 @@ def eval_args(recipe: Recipe, out: Path, *, model: str | None = None,
         args += ["--max_steps", str(recipe.max_steps)]
     if recipe.env_kwargs:
         args += ["--env_kwargs", json.dumps(recipe.env_kwargs)]
+    if recipe.eval_temperature is not None:
+        args += ["--temperature", str(recipe.eval_temperature)]
     return args
 
 
@@ -140,6 +157,8 @@ def sft(name: str, recipe: Recipe) -> dict[str, Any]:
     if recipe.env_kwargs:
         record += ["--env_kwargs", json.dumps(recipe.env_kwargs)]
     trained = run_command(record, folder / "sft-log.txt")
+    if recipe.wm_held_out:
+        record_held_out(recipe, held_out_replay(name))
     evaluated = run_command(eval_args(recipe, folder / "sft-eval", checkpoint=adapter),
                             folder / "sft-eval" / "log.txt")
     return {**evaluation(folder / "sft-eval"), "sft_cpu_s": trained["cpu_s"],
@@ -147,17 +166,70 @@ def sft(name: str, recipe: Recipe) -> dict[str, Any]:
             "eval_wall_s": evaluated["wall_s"]}
 
 
+def trained(args: list[str], folder: Path) -> dict[str, float]:
+    """Run ``paw-gym train ARGS`` into ``folder`` and return its cost, kept in
+    ``<folder>.cost.json`` (beside the run: the trainer's folder holds what it writes): a run that finished is not trained again when the stage's
+    evaluations or result file are redone (a study resumed after a stop)."""
+    cost_file = folder.with_name(folder.name + ".cost.json")
+    if cost_file.is_file():
+        return json.loads(cost_file.read_text(encoding="utf-8"))
+    cost = run_command(args, folder.with_name(folder.name + ".log"))
+    cost_file.write_text(json.dumps(cost), encoding="utf-8")
+    return cost
+
+
+def held_out_replay(name: str) -> Path:
+    return RUNS / name / "wm-held-out"
+
+
+def record_held_out(recipe: Recipe, folder: Path) -> None:
+    """``recipe.wm_held_out`` noisy-expert (ε = 0.5) episodes of the held-out split, task seeds
+    0.., with the RL runs' prompt (the env's preset) and step limit: the transitions on which
+    validation reads each policy as a world model (the small-env study's protocol,
+    ``training.presets.held_out_transitions``). Recorded once; the same episodes every time."""
+    from training.warmstart.sft import record_expert_episodes
+
+    if not folder.is_dir():
+        record_expert_episodes(recipe.env_id, recipe.wm_held_out, folder, seed=0, epsilon=0.5,
+                               max_steps=recipe.max_steps, split="test", **recipe.env_kwargs)
+
+
+#: The per-update training metrics an RL result keeps (metrics.jsonl's names).
+CURVE_KEYS = ("step", "success", "reward", "invalid_frac", "action_entropy",
+              "zero_advantage_groups", "lambda_mean", "wm_selected", "transitions", "wm_leak",
+              "wm_term", "wm_loss", "grad_norm")
+#: The validation metrics an RL result keeps per validated update.
+VAL_KEYS = ("val_success", "val_invalid_frac", "val_wm_token", "val_wm_exact",
+            "val_wm_token_kept", "val_wm_token_changed")
+
+
 def rl(name: str, recipe: Recipe, seed: int, paw: bool) -> dict[str, Any]:
     folder = RUNS / name / "rl" / f"{'grpo_paw' if paw else 'grpo'}-s{seed}"
     args = ["train", "--config", recipe.rl_config, "--init_checkpoint", str(RUNS / name / "sft"),
             "--seed", str(seed), "--paw", str(paw).lower(), "--output_dir", str(folder),
             "--overwrite", "true", "--progress", "false"]
-    cost = run_command(args, folder.with_name(folder.name + ".log"))
+    if recipe.wm_held_out:
+        args += ["--val_wm_replay", str(held_out_replay(name))]
+    cost = trained(args, folder)
     metrics = [json.loads(line) for line in
                (folder / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line]
     validations = [m for m in metrics if "val_success" in m]
     updates = [m for m in metrics if "success" in m and "step_time" in m]
-    return {"seed": seed, "paw": paw, **cost,
+    extra: dict[str, Any] = {}
+    if recipe.checkpoint_evals:
+        extra["checkpoint_evals"] = {}
+        for checkpoint in sorted((folder / "checkpoints").glob("step-*")):
+            out = folder.with_name(folder.name + "-eval") / checkpoint.name
+            evaluated = run_command(eval_args(recipe, out, checkpoint=checkpoint),
+                                    out.with_suffix(".log"))
+            extra["checkpoint_evals"][int(checkpoint.name.split("-")[1])] = {
+                **evaluation(out), "temperature": recipe.eval_temperature, **evaluated}
+        extra["curves"] = [{k: m.get(k) for k in CURVE_KEYS} for m in updates]
+        extra["validations"] = [{"step": m["step"], **{k: m.get(k) for k in VAL_KEYS}}
+                                for m in validations]
+        extra["first_win_outputs"] = first_win_outputs(folder / "replay")
+        extra["win_groups"] = win_groups(folder / "replay")
+    return {"seed": seed, "paw": paw, **cost, **extra,
             "val": {int(m["step"]): m["val_success"] for m in validations},
             "val_invalid": {int(m["step"]): m.get("val_invalid_frac") for m in validations},
             "train_success": [m["success"] for m in updates],
@@ -167,6 +239,45 @@ def rl(name: str, recipe: Recipe, seed: int, paw: bool) -> dict[str, Any]:
             "wm_leak": _mean([m.get("wm_leak") for m in updates]),
             "rollout_s": _mean([m.get("rollout_time") for m in updates]),
             "update_s": _mean([m.get("update_time") for m in updates])}
+
+
+def first_win_outputs(replay: Path) -> dict[str, Any] | None:
+    """The policy's outputs on the rollout before its first training win and on that win (one
+    episode each, from the run's replay): what changed when it began to win. None: no win."""
+    from wrappers import WMReplay
+
+    episodes: dict[int, list[list[dict[str, Any]]]] = {}
+    for episode in WMReplay.load(replay).episodes().values():
+        episodes.setdefault(int(episode[0]["update"]), []).append(episode)
+    wins = [u for u in sorted(episodes) if any(_won(e) for e in episodes[u])]
+    if not wins:
+        return None
+    first = wins[0]
+    win = next(e for e in episodes[first] if _won(e))
+    before = episodes.get(first - 1, [[]])[0]
+    return {"update": first,
+            "before": [{"h_tail": r["h"][-300:], "a": r["a"], "o_next": r["o_next"][:300]}
+                       for r in before],
+            "win": [{"h_tail": r["h"][-300:], "a": r["a"], "o_next": r["o_next"][:300]}
+                    for r in win]}
+
+
+def win_groups(replay: Path) -> dict[int, float]:
+    """Per update, the share of its rollout groups with at least one won episode: the groups
+    whose task return gives GRPO a signal (an invalid-action penalty alone also makes a
+    group's advantages non-zero, which ``zero_advantage_groups`` counts)."""
+    from wrappers import WMReplay
+
+    groups: dict[int, dict[int, bool]] = {}
+    for episode in WMReplay.load(replay).episodes().values():
+        update, group = int(episode[0]["update"]), int(episode[0]["group"])
+        groups.setdefault(update, {})
+        groups[update][group] = groups[update].get(group, False) or _won(episode)
+    return {update: sum(won.values()) / len(won) for update, won in sorted(groups.items())}
+
+
+def _won(episode: list[dict[str, Any]]) -> bool:
+    return any(record["won"] for record in episode)
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -192,12 +303,23 @@ def load_results(name: str) -> dict[str, Any]:
     return results
 
 
+def code_version() -> dict[str, Any]:
+    """The commit the stage ran (a study's runs use one commit: run it from a worktree) and
+    whether the tree had changes beside it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True,
+                              text=True).stdout.strip()
+
+    return {"commit": git("rev-parse", "HEAD"),
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
 def run_stage(name: str, stage: str, work) -> None:
     """Run ``work()`` unless its result file exists, then write it (with the machine)."""
     path = result_path(name, stage)
     if path.is_file():
         return
-    result = {**work(), "machine": machine()}
+    result = {**work(), "machine": machine(), "code": code_version()}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=1, sort_keys=True), encoding="utf-8")
@@ -286,6 +408,151 @@ def report(name: str) -> str:
     return "\n".join(lines)
 
 
+def report_cell(name: str) -> str:
+    """The sparse-regime cell's tables (issue 55): per seed the regime figure, the first
+    training win, the groups with signal, λ_g and the WM term's coverage, held-out success and
+    invalid actions at the rollout temperature and greedy, the world-model readings; then the
+    paired PaW − GRPO differences with their 95 % CIs. Every seed that ran is listed."""
+    from benchmarks.study_small import mean_ci
+
+    results = load_results(name)
+    runs = results.get("rl", {})
+    lines = [f"#### {RECIPES[name].env_id}, {name}", ""]
+    if "sft" in results:
+        r = results["sft"]
+        lines.append(f"- the start (LoRA SFT), greedy: {100 * r['success']:.1f} % held-out "
+                     f"success ({r['episodes']} episodes), {100 * (r['invalid'] or 0):.1f} % "
+                     f"invalid actions")
+    if not runs:
+        return "\n".join(lines)
+    lines += ["", "| seed | variant | GRPO's train wins, updates 1–3 (%) | first train win "
+              "(update) | train success, all updates (%) | groups with a win (%) | groups "
+              "with a non-zero advantage (%) | held-out at T = 1.0: 0 → 10 → 20 (%) | greedy: "
+              "0 → 10 → 20 (%) | held-out invalid at T = 1.0, 0 → 20 (%) | WM token acc. "
+              "0 → 20 (%) | WM exact 0 → 20 (%) | mean λ_g | WM coverage | wm_leak | CPU min |",
+              "|---:|---|---:|---:|---:|---:|---:|---|---|---|---|---|---:|---:|---:|---:|"]
+    start_greedy = results.get("sft", {}).get("success")
+    for key in sorted(runs, key=lambda k: (runs[k]["seed"], runs[k]["paw"])):
+        r = runs[key]
+        c = cell_numbers(r, start_greedy)
+        regime = runs.get(f"grpo-s{r['seed']}")
+        regime_text = f"{100 * cell_numbers(regime)['early_success']:.1f}" if regime else "–"
+        paw = (f"{c['lambda']:.2f} | {c['coverage']:.2f} | {c['leak']:.3f}" if r["paw"]
+               else "– | – | –")
+        lines.append(
+            f"| {r['seed']} | {'GRPO + PaW' if r['paw'] else 'GRPO'} | {regime_text} | "
+            f"{c['first_win'] if c['first_win'] is not None else 'none'} | "
+            f"{100 * c['train_success']:.1f} | {100 * c['win_groups']:.0f} | "
+            f"{100 * c['signal_groups']:.0f} | "
+            + " → ".join(f"{100 * v:.1f}" for v in c["val"]) + " | "
+            + " → ".join("–" if v is None else f"{100 * v:.1f}" for v in c["greedy"]) + " | "
+            f"{100 * c['val_invalid'][0]:.0f} → {100 * c['val_invalid'][-1]:.0f} | "
+            + " → ".join(_pct(v) for v in (c["wm_token"][0], c["wm_token"][-1])) + " | "
+            + " → ".join(_pct(v) for v in (c["wm_exact"][0], c["wm_exact"][-1]))
+            + f" | {paw} | {r['cpu_s'] / 60:.0f} |")
+    seeds = sorted({r["seed"] for r in runs.values()
+                    if f"grpo-s{r['seed']}" in runs and f"grpo_paw-s{r['seed']}" in runs})
+    lines.append("")
+    held = [s for s in seeds if cell_numbers(runs[f"grpo-s{s}"])["early_success"] < 0.05]
+    lines.append(f"- the regime (GRPO wins < 5 % of its training rollouts over updates 1–3) "
+                 f"holds on {len(held)} of {len(seeds)} paired seeds")
+    if len(seeds) >= 2:
+        rows = [("final held-out success at T = 1.0", lambda c: 100 * c["val"][-1]),
+                ("final held-out success, greedy", lambda c: 100 * (c["greedy"][-1] or 0)),
+                ("held-out invalid actions at T = 1.0, final", lambda c: 100 * c["val_invalid"][-1]),
+                ("training success, all updates", lambda c: 100 * c["train_success"]),
+                ("groups with a win, all updates", lambda c: 100 * c["win_groups"]),
+                ("WM token accuracy, final", lambda c: 100 * (c["wm_token"][-1] or 0))]
+        for label, value in rows:
+            diffs = [value(cell_numbers(runs[f"grpo_paw-s{s}"], start_greedy))
+                     - value(cell_numbers(runs[f"grpo-s{s}"], start_greedy)) for s in seeds]
+            mean, half = mean_ci(diffs)
+            lines.append(f"- GRPO + PaW − GRPO, {label}: {mean:+.1f} ± {half:.1f} pp (paired, "
+                         f"{len(seeds)} seeds, 95 % CI)")
+        for variant, label in (("grpo", "GRPO"), ("grpo_paw", "GRPO + PaW")):
+            firsts = [cell_numbers(runs[f"{variant}-s{s}"])["first_win"] for s in seeds]
+            lines.append(f"- {label}: a training win in {sum(f is not None for f in firsts)} of "
+                         f"{len(seeds)} runs, first at update(s) "
+                         + ", ".join("none" if f is None else str(f) for f in firsts))
+    cpu = sum(r["cpu_s"] + sum(e.get("cpu_s", 0) for e in r.get("checkpoint_evals", {}).values())
+              for r in runs.values())
+    where = next(iter(runs.values())).get("machine", {}).get("cpu", "?")
+    commits = sorted({r.get("code", {}).get("commit", "?")[:7] for r in runs.values()})
+    lines.append(f"- CPU time of the {len(runs)} RL runs with their evaluations: "
+                 f"{cpu / 3600:.1f} h ({where}; code {', '.join(commits)})")
+    return "\n".join(lines)
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f}"
+
+
+def cell_numbers(run: dict[str, Any], start_greedy: float | None = None) -> dict[str, Any]:
+    """One sparse-regime run's figures: the update of its first training win (rollouts counted
+    from 1), training success over its first 3 updates and over all, the shares of groups with
+    a win and with any non-zero advantage, the PaW term's mean λ_g, coverage and leak, and per
+    validation (0, 10, 20) held-out success, invalid share and WM readings; greedy held-out
+    success at 0 (the start's, shared by every run) and at each checkpoint."""
+    curves = run["curves"]
+    success = [c["success"] for c in curves]
+    first_win = next((i + 1 for i, value in enumerate(success) if value > 0), None)
+    vals = sorted(run["validations"], key=lambda v: v["step"])
+    evals = {int(k): v for k, v in run.get("checkpoint_evals", {}).items()}
+    return {
+        "first_win": first_win,
+        "early_success": sum(success[:3]) / len(success[:3]),
+        "train_success": sum(success) / len(success),
+        "win_groups": _mean(list(run["win_groups"].values())) or 0.0,
+        "signal_groups": 1 - (_mean([c["zero_advantage_groups"] for c in curves]) or 0.0),
+        "lambda": _mean([c["lambda_mean"] for c in curves]) or 0.0,
+        "coverage": _mean([c["wm_selected"] / c["transitions"] for c in curves
+                           if c.get("transitions")]) or 0.0,
+        "leak": _mean([c["wm_leak"] for c in curves]) or 0.0,
+        "val": [v["val_success"] for v in vals],
+        "val_invalid": [v["val_invalid_frac"] for v in vals],
+        "wm_token": [v.get("val_wm_token") for v in vals],
+        "wm_exact": [v.get("val_wm_exact") for v in vals],
+        "greedy": [start_greedy] + [evals[k]["success"] for k in sorted(evals)],
+    }
+
+
+def plot_cell(name: str, path: Path) -> Path:
+    """Figure 4's panels for the cell: per update, training success, invalid-action share and
+    the share of groups with a win, each variant's mean over seeds with a band of ± one
+    standard deviation (every seed that ran)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    runs = load_results(name)["rl"]
+    panels = (("training success", lambda r: [c["success"] for c in r["curves"]]),
+              ("invalid actions (training)", lambda r: [c["invalid_frac"] for c in r["curves"]]),
+              ("groups with a win", lambda r: list(r["win_groups"].values())))
+    figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4))
+    for axis, (title, series) in zip(axes, panels):
+        for variant, label, colour in (("grpo", "GRPO", "tab:blue"),
+                                       ("grpo_paw", "GRPO + PaW", "tab:orange")):
+            curves = [series(r) for k, r in runs.items() if k.startswith(variant + "-s")]
+            if not curves:
+                continue
+            data = np.array([c[:min(map(len, curves))] for c in curves], dtype=float)
+            x = np.arange(1, data.shape[1] + 1)
+            mean, sd = data.mean(0), data.std(0)
+            axis.plot(x, mean, color=colour, label=f"{label} ({len(curves)} seeds)")
+            axis.fill_between(x, mean - sd, mean + sd, color=colour, alpha=0.2)
+        axis.set_title(title)
+        axis.set_xlabel("update")
+        axis.set_ylim(-0.02, 1.02)
+    axes[0].legend(fontsize=8)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("recipe", choices=sorted(RECIPES))
@@ -299,7 +566,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report:
         run_study(args.recipe, args.stages, args.seeds,
                   [variant == "grpo_paw" for variant in args.variants])
-    print(report(args.recipe))
+    if RECIPES[args.recipe].checkpoint_evals:
+        print(report_cell(args.recipe))
+        if load_results(args.recipe)["rl"]:
+            print(plot_cell(args.recipe, RESULTS / "real_model" / f"{args.recipe}.png"))
+    else:
+        print(report(args.recipe))
     return 0
 
 
