@@ -2,7 +2,7 @@
 world-model path: the trainer's PaW term, the pretraining transcripts, offline ``cmae`` in
 ``paw-gym train-wm``, :func:`training.warmstart.pretrain.next_observation_accuracy` and the
 noise-gradient diagnostic, and the transcript agent (:mod:`agents.transcript`). It sits in
-``agents/`` because both agents and training use it (``training.serialization`` re-exports it).
+``agents/`` because both agents and training use it.
 
 A row is ``chat(h) ⊕ a ⊕ s ⊕ o``: the prompt ids the policy saw (chat template, generation
 prompt), the response ids it generated, a separator ``s`` chosen by ``wm_context``, then the

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     from agents.kv_cache import preallocated_cache
     from training.rl.batch import Sample, collate
     from training.rl.objective import ObjectiveSettings, gather_logprobs, micro_batch_loss
-    from training.serialization import TransitionSerializer
+    from agents.serialization import TransitionSerializer
 
     policy = HFPolicy(MODEL, device="cpu", seed=0)
     policy.model = get_peft_model(policy.model, LoraConfig(r=16, lora_alpha=32, task_type=

@@ -19,6 +19,7 @@ from paw_gym.core import (
     TextSpace,
 )
 from paw_gym.registration import list_text_envs, register_builtin_envs, register_text_env
+from paw_gym.moved import refuse_moved
 from paw_gym.toytext.adapter import TextAdapter
 
 __version__ = "0.1.0"
@@ -38,3 +39,7 @@ __all__ = [
 ]
 
 register_builtin_envs()
+
+# The TRL integration lives with the trainer (the env package imports nothing above it);
+# ``paw_gym.integrations.trl`` fails on its package's line.
+refuse_moved({"paw_gym.integrations": "training.integrations"})

@@ -19,9 +19,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 #: Lowest first: a module may import its own layer and the layers before it.
 LAYERS = ("paw_gym", "wrappers", "agents", "training", "benchmarks")
-#: The one upward import allowed: the TRL integration's former path, a re-export that warns
-#: (tests/test_trl.py checks the warning) for one release.
-ALLOWED_UPWARD = {("paw_gym.integrations.trl", "training.integrations.trl")}
+#: Upward imports allowed: none (moved modules fail with a line naming the new path,
+#: ``paw_gym.moved``; tests/test_moved_modules.py).
+ALLOWED_UPWARD: set[tuple[str, str]] = set()
 
 
 def module_files() -> dict[str, Path]:
@@ -149,7 +149,7 @@ def test_the_import_reader_sees_every_layer_and_imports_inside_functions():
     a function (agents.envs imports agents.env_workers in ``action_format_of``)."""
     assert {name.split(".")[0] for name in MODULES} == set(LAYERS)
     assert "agents.env_workers" in GRAPH["agents.envs"]
-    assert "agents.serialization" in GRAPH["training.serialization"]
+    assert "agents.serialization" in GRAPH["training.rl.rollout_batch"]
 
 
 def test_no_module_imports_a_layer_above_its_own():

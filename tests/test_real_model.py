@@ -31,7 +31,7 @@ from training.config import TrainConfig  # noqa: E402
 from training.rl.batch import collate  # noqa: E402
 from training.rl.objective import ObjectiveSettings, micro_batch_loss  # noqa: E402
 from training.rl.rollout_batch import build_batch  # noqa: E402
-from training.serialization import TransitionSerializer  # noqa: E402
+from agents.serialization import TransitionSerializer  # noqa: E402
 from training.trainer import PaWTrainer  # noqa: E402
 
 NAME = "smollm2-135m-instruct"

@@ -1,4 +1,4 @@
-"""The one serialisation of a transition (training.serialization) and the paths that use it."""
+"""The one serialisation of a transition (agents.serialization) and the paths that use it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from agents.types import PolicyOutput, Trajectory, Transition  # noqa: E402
 from training.config import TrainConfig  # noqa: E402
 from training.warmstart.pretrain import transcript_parts  # noqa: E402
 from training.rl.rollout_batch import build_batch  # noqa: E402
-from training.serialization import (TransitionSerializer, chat_separator_text,  # noqa: E402
+from agents.serialization import (TransitionSerializer, chat_separator_text,  # noqa: E402
                                     observation_separator)
 from training.world_model import WMExample, transition_rows  # noqa: E402
 

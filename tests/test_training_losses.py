@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from training import advantages as adv  # noqa: E402
+from training.rl import advantages as adv  # noqa: E402
 from training.rl.losses import (  # noqa: E402
                                 adaptive_wm_coef,
                                 clipped_token_fraction,
@@ -380,7 +380,7 @@ def test_gae_lambda_one_gamma_one_is_return_minus_value():
 def _serializer(model_dir):
     from transformers import AutoTokenizer
 
-    from training.serialization import TransitionSerializer
+    from agents.serialization import TransitionSerializer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     return TransitionSerializer(tokenizer, "next_turn", [tokenizer.eos_token_id])

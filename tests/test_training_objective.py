@@ -16,7 +16,7 @@ from training.rl.batch import Sample, collate, token_budget_batches  # noqa: E40
 from training.rl.losses import kl_k3, ppo_clip_token_loss, wm_token_loss  # noqa: E402
 from training.rl.objective import (HeadTargetLogprobs, ObjectiveSettings,  # noqa: E402
                                    gather_logprobs, micro_batch_loss, objective_weights)
-from training.serialization import serialize  # noqa: E402
+from agents.serialization import serialize  # noqa: E402
 
 VOCAB = 97
 

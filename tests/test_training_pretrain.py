@@ -106,7 +106,7 @@ def test_next_observation_accuracy_is_greedy_decoding_of_the_next_observation(
 
 
 def test_loss_on_picks_the_trained_tokens_of_a_row():
-    from training.serialization import Serialized
+    from agents.serialization import Serialized
 
     row = Serialized(ids=[1, 2, 3, 4, 5, 6, 7, 8], prompt_len=3, action_len=2, separator_len=1,
                      obs_len=2)

@@ -94,7 +94,7 @@ def test_the_world_model_term_equals_the_native_trainers_on_the_same_transitions
     from training.rl.losses import wm_token_loss
     from training.rl.objective import ObjectiveSettings, objective_weights
     from training.rl.rollout_batch import build_batch
-    from training.serialization import TransitionSerializer
+    from agents.serialization import TransitionSerializer
 
     trainer = _trainer(tiny_model_dir, tmp_path)
     trainer.model.train()
@@ -228,17 +228,3 @@ def test_trls_tool_route_trains_on_env_tools(tiny_model_dir, tmp_path, one_torch
     played = [e.task_seed for e in trainer.environments]  # this batch's rows: 2 tasks × 2
     assert len(played) == 4 and set(played) <= {0, 1, 2, 3} and len(set(played)) == 2
 
-
-def test_the_former_import_path_warns_and_re_exports_the_integration():
-    """``paw_gym.integrations.trl`` (the one upward import the layers allow) still gives the
-    integration's names, with a DeprecationWarning naming the new path."""
-    import importlib
-    import sys
-
-    import training.integrations.trl as integration
-
-    sys.modules.pop("paw_gym.integrations.trl", None)
-    with pytest.warns(DeprecationWarning, match="training.integrations.trl"):
-        former = importlib.import_module("paw_gym.integrations.trl")
-    assert former.PaWGRPOTrainer is integration.PaWGRPOTrainer
-    assert all(getattr(former, name) is getattr(integration, name) for name in former.__all__)

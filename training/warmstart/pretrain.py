@@ -73,7 +73,7 @@ class PretrainConfig(CheckedConfig):
     rows: Literal["transition", "episode"] = "transition"
     """``transition``: one row per transition, chat(h) ⊕ a ⊕ s ⊕ o_next; ``episode``: one row
     per episode, its whole chat transcript as :class:`agents.TranscriptAgent` plays it (for
-    trainers that train on transcripts, e.g. :mod:`paw_gym.integrations.trl`; needs
+    trainers that train on transcripts, e.g. :mod:`training.integrations.trl`; needs
     ``wm_context: next_turn``, rows longer than ``max_seq_len`` keep their beginning)."""
     seed: int = bounded(0, 0, 2**32, high_open=True)
     """Shuffling seed."""
