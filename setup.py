@@ -37,9 +37,11 @@ EXTRAS = {
     "vllm": ["vllm>=0.11"],
     "parquet": ["pyarrow>=14"],
     # paw_gym.remote (paw-gym serve-env, PaW/Remote-v0): the versions its tests ran with;
-    # websockets 17 needs Python >= 3.11, 16.1.1 is the newest for 3.10 (tests pass on both).
+    # websockets 17 needs Python >= 3.11, 16.1.1 is the newest for 3.10. uvicorn serves the
+    # server's ASGI app (0.54.0 supports Python >= 3.10 and websockets >= 13).
     "remote": ['websockets==17.4; python_version >= "3.11"',
-               'websockets==16.1.1; python_version < "3.11"'],
+               'websockets==16.1.1; python_version < "3.11"',
+               "uvicorn==0.54.0"],
     # training.integrations.trl: PaW in TRL's GRPOTrainer (the version its tests ran with).
     "trl": ["trl==1.16.0", "datasets>=2.19"],
     # TensorBoard / Weights & Biases logging (TrainConfig.tensorboard / .wandb).

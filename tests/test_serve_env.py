@@ -215,6 +215,24 @@ def test_oversized_request_closes_only_its_own_session():
         other.close()
 
 
+def test_a_connection_without_a_whole_request_is_cut_off(monkeypatch):
+    import paw_gym.remote.server as server_module
+
+    monkeypatch.setattr(server_module, "REQUEST_TIMEOUT", 0.5)
+    with EnvServer("PaW/Shelf-v0", port=0) as server:
+        for data in (b"", b"GET /health HTTP/1.1\r\nHost: x\r\n"):  # nothing; half a head
+            with socket.create_connection((server.host, server.port), timeout=10) as raw:
+                raw.sendall(data)
+                started = time.monotonic()
+                assert raw.recv(100) == b"" and time.monotonic() - started < 5
+        with socket.create_connection((server.host, server.port), timeout=10) as raw:
+            raw.sendall(b"POST /reset HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n{}")
+            assert raw.recv(100).startswith(b"HTTP/1.1 408 ")  # a body that does not come
+        env = RemoteEnv(server.url)  # the server goes on
+        assert env.reset(seed=0)[0]
+        env.close()
+
+
 def test_step_before_reset_and_an_ended_session_raise_clear_errors():
     with EnvServer("PaW/Shelf-v0", port=0, limits=ServerLimits(idle_timeout=1.5)) as server:
         env = RemoteEnv(server.url)
@@ -258,8 +276,10 @@ def test_http_routes_describe_the_server(server):
     assert metadata["name"] == "PaW/Shelf-v0" and "OpenEnv 0.10.0" in metadata["version"]
     status, schema = get("/schema")
     assert schema["action"]["properties"]["action"]["maxLength"] == paw_gym.MAX_ACTION_LENGTH
-    status, body = get("/reset")
-    assert status == 404 and "/ws" in body["error"]
+    assert get("/state") == (200, {"episode_id": None, "step_count": 0,
+                                   "env_id": "PaW/Shelf-v0", "done": False})
+    status, body = get("/reset")  # POST only; tests/test_openenv_validate.py tries the rest
+    assert status == 405 and body["detail"] == "/reset takes POST, not GET"
 
 
 def test_openenvs_own_client_steps_the_server(server):

@@ -18,9 +18,10 @@ client sends                                              server answers
 ``done`` is ``terminated or truncated``); ``S`` is ``{"episode_id", "step_count", "env_id",
 "done"}``. A request that cannot be carried out is answered ``{"type": "error", "data":
 {"message": str, "code": str}}`` with one of OpenEnv's codes (:data:`ERROR_CODES`) and leaves
-the session as it was. Plain HTTP ``GET /health``, ``/metadata`` and ``/schema`` describe the
-server; ``/schema`` also gives the env's spaces (:func:`space_schema`), from which
-:class:`~paw_gym.remote.client.RemoteEnv` rebuilds them.
+the session as it was. The same port answers plain HTTP too (:mod:`paw_gym.remote.http_api`):
+``GET /schema`` also gives the env's spaces (:func:`space_schema`), from which
+:class:`~paw_gym.remote.client.RemoteEnv` rebuilds them. :func:`reset_arguments` and
+:func:`step_action` check a request's ``data`` for both.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ from paw_gym.core import TextSpace
 WS_PATH = "/ws"
 #: The protocol, as the docs and ``/metadata`` name it.
 PROTOCOL = "OpenEnv 0.10.0 WebSocket protocol (simulation mode: reset/step/state)"
+#: ``info.version`` of ``GET /openapi.json``: the version of OpenEnv's HTTP API that the routes
+#: follow, as OpenEnv 0.10.0's own server declares it (``openenv validate`` reads it as its
+#: ``openenv-http/1.x`` profile).
+OPENENV_HTTP_API_VERSION = "1.0.0"
 
 #: OpenEnv's ``WSErrorCode`` values that this server sends.
 INVALID_JSON = "INVALID_JSON"
@@ -48,6 +53,59 @@ FACTORY_ERROR = "FACTORY_ERROR"
 SESSION_ERROR = "SESSION_ERROR"
 ERROR_CODES = (INVALID_JSON, UNKNOWN_TYPE, VALIDATION_ERROR, EXECUTION_ERROR, CAPACITY_REACHED,
                FACTORY_ERROR, SESSION_ERROR)
+#: The keys a reset request's ``data`` may have.
+RESET_KEYS = ("seed", "options", "episode_id")
+
+
+class RequestError(ValueError):
+    """A request that cannot be carried out: ``code`` is one of :data:`ERROR_CODES`."""
+
+    def __init__(self, message: str, code: str):
+        super().__init__(message)
+        self.code = code
+
+
+def brief(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters, so an error never echoes a huge request."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
+def reset_arguments(data: Any) -> tuple[int | None, dict[str, Any] | None, str | None]:
+    """``(seed, options, episode_id)`` of a reset request's ``data``; :class:`RequestError`
+    (``VALIDATION_ERROR``) naming what is wrong."""
+    if not isinstance(data, dict) or set(data) - set(RESET_KEYS):
+        raise RequestError(f"reset data is an object with any of {', '.join(RESET_KEYS)}; got "
+                           f"{brief(data)}", VALIDATION_ERROR)
+    seed, options, episode_id = (data.get(key) for key in RESET_KEYS)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise RequestError(f"reset seed must be a non-negative integer or null, got "
+                           f"{brief(seed)}", VALIDATION_ERROR)
+    if options is not None and not isinstance(options, dict):
+        raise RequestError(f"reset options must be an object or null, got {brief(options)}",
+                           VALIDATION_ERROR)
+    if episode_id is not None and not isinstance(episode_id, str):
+        raise RequestError(f"reset episode_id must be a string or null, got "
+                           f"{brief(episode_id)}", VALIDATION_ERROR)
+    return seed, options, episode_id
+
+
+def step_action(data: Any) -> str:
+    """The action text of a step request's ``data`` (``{"action": "<text>"}``, optionally
+    with ``metadata``); :class:`RequestError` (``VALIDATION_ERROR``) otherwise."""
+    if not isinstance(data, dict) or "action" not in data or set(data) - {"action", "metadata"}:
+        raise RequestError(f'step data is {{"action": "<text>"}}, got {brief(data)}',
+                           VALIDATION_ERROR)
+    if not isinstance(data["action"], str):
+        raise RequestError(f"step action must be a string (this env's actions are text), got "
+                           f"{brief(data['action'])}", VALIDATION_ERROR)
+    return data["action"]
+
+
+def state_data(env_id: str, episode_id: str | None, step_count: int, done: bool
+               ) -> dict[str, Any]:
+    """The ``data`` of a ``state`` answer (``GET /state``'s body)."""
+    return {"episode_id": episode_id, "step_count": step_count, "env_id": env_id, "done": done}
 
 
 def space_schema(space: spaces.Space, name: str) -> dict[str, Any]:

@@ -3,8 +3,10 @@
 Why a server: an env that lives in another process or on another machine (a large catalog, an
 engine with its own dependencies) can then be stepped by any trainer, paw-gym's
 :class:`~paw_gym.remote.client.RemoteEnv` or an OpenEnv client alike. The wire format is
-OpenEnv's WebSocket protocol (:mod:`paw_gym.remote.protocol`), served with the ``websockets``
-package on one port, beside plain ``GET /health``, ``/metadata`` and ``/schema``::
+OpenEnv's WebSocket protocol (:mod:`paw_gym.remote.protocol`) at ``/ws``, beside OpenEnv's
+plain-HTTP routes (:mod:`paw_gym.remote.http_api`: ``/health``, ``/metadata``, ``/schema``,
+``/openapi.json``, one-shot ``/reset``, ``/step``, ``/state``, ``/mcp``) on the same port; an
+ASGI app served by ``uvicorn``::
 
     with EnvServer("PaW/Shelf-v0", port=0) as server:     # port 0: a free port
         env = RemoteEnv(server.url)
@@ -12,8 +14,10 @@ package on one port, beside plain ``GET /health``, ``/metadata`` and ``/schema``
 Each connection gets its own ``gym.make(env_id, **env_kwargs)`` (the registered step limit
 included). Bounds, all in :class:`ServerLimits`: at most ``max_sessions`` sessions (one more
 connection is answered with OpenEnv's ``CAPACITY_REACHED`` error and closed), a session idle
-for ``idle_timeout`` seconds ends (its env is closed), a request frame holds at most
-``max_message_bytes``, and at most two unread frames are buffered per connection. Env calls run
+for ``idle_timeout`` seconds ends (its env is closed), a request (WebSocket frame or HTTP body)
+holds at most ``max_message_bytes``, a connection is not read further while its request waits
+for an answer, a connection gets :data:`REQUEST_TIMEOUT` seconds to send a request's head (and
+an HTTP body), and at most ``max_sessions`` HTTP requests wait for the env thread. Env calls run
 one at a time on one worker thread, off the event loop: Python envs are CPU-bound (threads
 would not step them faster under the GIL), and envs written for one thread never see two.
 Binds 127.0.0.1 unless told otherwise.
@@ -30,15 +34,13 @@ import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import gymnasium as gym
-from websockets.asyncio.server import ServerConnection, serve
-from websockets.datastructures import Headers
-from websockets.exceptions import ConnectionClosed
-from websockets.http11 import Request, Response
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from paw_gym.remote import protocol
+from paw_gym.remote import http_api, protocol
 from paw_gym.remote.protocol import (
     CAPACITY_REACHED,
     EXECUTION_ERROR,
@@ -48,17 +50,24 @@ from paw_gym.remote.protocol import (
     UNKNOWN_TYPE,
     VALIDATION_ERROR,
     WS_PATH,
+    RequestError,
+    brief,
     encode,
     error,
 )
 
 logger = logging.getLogger(__name__)
 
-#: Frames a connection may have received and not yet had answered; the protocol is one request,
-#: one answer, so a client never needs more, and a flood waits in the socket, not in memory.
-MAX_QUEUED_FRAMES = 2
-#: Seconds a client gets for the WebSocket handshake.
-OPEN_TIMEOUT = 10.0
+#: Seconds a connection gets to send a request's head (the WebSocket handshake included), and
+#: an HTTP request its body; a client that sends nothing or trickles bytes is cut off.
+REQUEST_TIMEOUT = 10.0
+#: Seconds between the server's WebSocket pings, and for the pong to come back.
+PING_INTERVAL = 20.0
+#: Seconds :meth:`EnvServer.close` lets open requests finish before cancelling them.
+SHUTDOWN_TIMEOUT = 5
+
+ASGISend = Callable[[dict[str, Any]], Awaitable[None]]
+ASGIReceive = Callable[[], Awaitable[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -72,8 +81,9 @@ class ServerLimits:
     """Seconds a session may wait for its client's next request (or for the client to take an
     answer) before it ends and its env is closed."""
     max_message_bytes: int = 1 << 20
-    """Largest request frame (bytes); a larger one closes the connection (WebSocket code 1009).
-    The default holds the longest action the text spaces allow."""
+    """Largest request (bytes): a larger WebSocket frame closes its connection (WebSocket code
+    1009), a larger HTTP body is answered 413. The default holds the longest action the text
+    spaces allow."""
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -121,10 +131,29 @@ def _listen(host: str, port: int) -> socket.socket:
     return listener
 
 
-def _brief(value: Any, limit: int = 60) -> str:
-    """``repr(value)`` cut to ``limit`` characters, so an error never echoes a huge request."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+class _ClientGone(Exception):
+    """The HTTP client went away before its request's body arrived."""
+
+
+class _HTTPProtocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with a deadline for a connection's request head (every
+    answer closes its connection, so there is one): uvicorn times out only idle keep-alive
+    connections, so a client that connects and sends nothing would hold its connection for
+    ever."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[arg-type]
+        self._head_deadline = self.loop.call_later(REQUEST_TIMEOUT, self._no_request_head)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._head_deadline.cancel()
+        super().connection_lost(exc)
+
+    def _no_request_head(self) -> None:
+        # No request cycle and not handed to the WebSocket protocol: the head never came.
+        if self.cycle is None and self.transport.get_protocol() is self \
+                and not self.transport.is_closing():
+            self.transport.close()
 
 
 class EnvServer:
@@ -139,6 +168,8 @@ class EnvServer:
     def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None = None, *,
                  host: str = "127.0.0.1", port: int = 8001,
                  limits: ServerLimits = ServerLimits()):
+        from paw_gym import __version__, list_text_envs
+
         self.env_id = env_id
         self.env_kwargs = dict(env_kwargs or {})
         self.limits = limits
@@ -147,14 +178,19 @@ class EnvServer:
             self.schemas = protocol.schemas(probe.observation_space, probe.action_space)
         finally:
             probe.close()
+        description = list_text_envs().get(env_id) or env_id
+        self._metadata = {"name": env_id, "description": description,
+                          "version": f"paw-gym {__version__}; {protocol.PROTOCOL}"}
+        self._openapi = http_api.openapi_document(env_id, description, self.schemas,
+                                                  __version__)
         self._socket = _listen(host, port)
         # Where it listens (for port 0, the free port picked); kept, as the socket closes.
         self.host: str = self._socket.getsockname()[0]
         self.port: int = self._socket.getsockname()[1]
         self._sessions: dict[str, _Session] = {}
+        self._http_waiting = 0  # HTTP requests waiting for (or in) an env call
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="paw-env")
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
+        self._server: uvicorn.Server | None = None
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -177,11 +213,11 @@ class EnvServer:
 
     # -- running ----------------------------------------------------------------------------
     def serve_forever(self) -> None:
-        """Serve on this thread until :meth:`close` (from another thread) or Ctrl-C."""
+        """Serve on this thread until :meth:`close` (from another thread) or Ctrl-C (then
+        ``KeyboardInterrupt`` is raised here once every session has ended)."""
         try:
             asyncio.run(self._serve())
         finally:
-            self._loop = None
             self._ready.set()  # a server that failed to start does not keep start() waiting
 
     def start(self) -> "EnvServer":
@@ -194,9 +230,9 @@ class EnvServer:
 
     def close(self) -> None:
         """Stop serving: every session ends and its env is closed."""
-        loop, stop = self._loop, self._stop
-        if loop is not None and stop is not None and self._thread is not None:
-            loop.call_soon_threadsafe(stop.set)
+        if self._server is not None:
+            self._server.should_exit = True  # uvicorn's main loop looks every 0.1 s
+        if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
         self._executor.shutdown(wait=True)
@@ -209,40 +245,114 @@ class EnvServer:
         self.close()
 
     async def _serve(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        async with serve(self._session, sock=self._socket, process_request=self._http,
-                         compression=None, max_size=self.limits.max_message_bytes,
-                         max_queue=MAX_QUEUED_FRAMES, open_timeout=OPEN_TIMEOUT,
-                         logger=logger):
-            self._ready.set()
-            await self._stop.wait()
+        config = uvicorn.Config(
+            self._app, interface="asgi3", http=_HTTPProtocol, ws="websockets-sansio",
+            lifespan="off",
+            ws_max_size=self.limits.max_message_bytes, ws_per_message_deflate=False,
+            ws_ping_interval=PING_INTERVAL, ws_ping_timeout=PING_INTERVAL,
+            timeout_graceful_shutdown=SHUTDOWN_TIMEOUT, proxy_headers=False,
+            log_config=None, access_log=False)
+        self._server = uvicorn.Server(config)
+        serving = asyncio.ensure_future(self._server.serve(sockets=[self._socket]))
+        while not self._server.started and not serving.done():
+            await asyncio.sleep(0.01)
+        self._ready.set()
+        await serving
+
+    async def _app(self, scope: dict[str, Any], receive: ASGIReceive, send: ASGISend) -> None:
+        """The ASGI app: WebSocket sessions at ``/ws``, the HTTP routes of
+        :mod:`~paw_gym.remote.http_api`."""
+        if scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
+        elif scope["type"] == "http":
+            await self._http(scope, receive, send)
 
     # -- plain HTTP -------------------------------------------------------------------------
-    def _http(self, connection: ServerConnection, request: Request) -> Response | None:
-        """``GET /health``, ``/metadata``, ``/schema``; ``/ws`` goes on to the WebSocket
-        handshake."""
-        path = request.path.split("?", 1)[0].rstrip("/") or "/"
-        if path == WS_PATH:
-            return None
-        if path == "/health":
-            status, body = 200, {"status": "healthy"}
-        elif path == "/metadata":
-            from paw_gym import __version__, list_text_envs
+    async def _http(self, scope: dict[str, Any], receive: ASGIReceive, send: ASGISend) -> None:
+        try:
+            await _send_json(send, "http.response", *await self._http_answer(scope, receive))
+        except _ClientGone:  # before its body arrived: nothing to answer, no env to make
+            pass
 
-            description = list_text_envs().get(self.env_id) or self.env_id
-            status, body = 200, {"name": self.env_id, "description": description,
-                                 "version": f"paw-gym {__version__}; {protocol.PROTOCOL}"}
-        elif path == "/schema":
-            status, body = 200, self.schemas
-        else:
-            status, body = 404, {"error": f"no such path {path!r}; sessions are WebSocket "
-                                          f"connections to {WS_PATH}, and GET /health, "
-                                          f"/metadata and /schema describe the server"}
-        data = json.dumps(body).encode("utf-8")
-        headers = Headers([("Content-Type", "application/json"),
-                           ("Content-Length", str(len(data))), ("Connection", "close")])
-        return Response(status, "OK" if status == 200 else "Not Found", headers, data)
+    async def _http_answer(self, scope: dict[str, Any], receive: ASGIReceive
+                           ) -> tuple[int, dict[str, Any], list[tuple[str, str]]]:
+        """``(status, JSON body, extra headers)`` of one HTTP request."""
+        method, path = scope["method"], scope["path"].rstrip("/") or "/"
+        if method == "HEAD" and http_api.ROUTES.get(path) == "GET":
+            method = "GET"  # uvicorn sends the head of the answer alone
+        if http_api.ROUTES.get(path) != method:
+            return http_api.route_error(method, path)
+        if method == "GET":
+            return 200, {
+                "/health": {"status": "healthy"}, "/metadata": self._metadata,
+                "/schema": self.schemas, "/openapi.json": self._openapi,
+                "/state": protocol.state_data(self.env_id, None, 0, False)}[path], []
+        try:
+            request = await asyncio.wait_for(self._http_body(scope, receive), REQUEST_TIMEOUT)
+        except asyncio.TimeoutError:
+            return 408, {"detail": f"the request body did not arrive within "
+                                   f"{REQUEST_TIMEOUT:g} s"}, []
+        if request is None:
+            return 413, {"detail": f"request body over {self.limits.max_message_bytes:,} bytes "
+                                   f"(serve-env --max_message_bytes)"}, []
+        if path == "/mcp":
+            return 200, http_api.mcp_answer(request, self.env_id), []
+        return *await self._http_episode(path, request), []
+
+    async def _http_body(self, scope: dict[str, Any], receive: ASGIReceive) -> bytes | None:
+        """The request body, or None when it is larger than ``max_message_bytes``."""
+        limit = self.limits.max_message_bytes
+        declared = dict(scope["headers"]).get(b"content-length", b"0")
+        if declared.isdigit() and int(declared) > limit:
+            return None
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _ClientGone
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _http_episode(self, path: str, request: bytes) -> tuple[int, dict[str, Any]]:
+        """``POST /reset`` (one-shot, on the env thread) or ``POST /step`` (409 once checked)."""
+        try:
+            if path == "/step":
+                http_api.check_step_request(request)
+                return 409, {"detail": http_api.NO_EPISODE, "code": EXECUTION_ERROR}
+            seed, options, _ = protocol.reset_arguments(http_api.json_body(request, empty={}))
+            if self._http_waiting >= self.limits.max_sessions:
+                raise RequestError(f"busy: {self._http_waiting} HTTP requests are waiting for "
+                                   f"the env; retry later", CAPACITY_REACHED)
+            self._http_waiting += 1
+            try:
+                return 200, json.loads(await self._call(self._one_shot_reset, seed, options))
+            finally:
+                self._http_waiting -= 1
+        except RequestError as refused:
+            return http_api.ERROR_STATUS[refused.code], {"detail": str(refused),
+                                                         "code": refused.code}
+
+    def _one_shot_reset(self, seed: int | None, options: dict[str, Any] | None) -> str:
+        """A fresh env's first observation (encoded), the env closed; on the env thread."""
+        try:
+            env = self._make_env()
+        except Exception as exc:  # noqa: BLE001 - reported to the client, the server goes on
+            logger.exception("creating %s failed", self.env_id)
+            raise RequestError(f"cannot create {self.env_id}: {type(exc).__name__}: {exc}",
+                               FACTORY_ERROR) from exc
+        try:
+            observation, info = env.reset(seed=seed, options=options)
+            return encode(protocol.observation_data(observation, info, None, False, False))
+        except Exception as exc:  # noqa: BLE001 - the env's error, reported
+            raise RequestError(f"reset failed: {type(exc).__name__}: {exc}",
+                               EXECUTION_ERROR) from exc
+        finally:
+            env.close()
 
     # -- sessions ---------------------------------------------------------------------------
     def _make_env(self) -> gym.Env:
@@ -253,26 +363,33 @@ class EnvServer:
         return await asyncio.get_running_loop().run_in_executor(
             self._executor, functools.partial(function, *args, **kwargs))
 
-    async def _session(self, connection: ServerConnection) -> None:
-        try:
-            if len(self._sessions) >= self.limits.max_sessions:
-                await self._refuse(connection)
-            else:
-                await self._open_session(connection)
-        except ConnectionClosed:  # the client went away: routine
-            pass
+    async def _websocket(self, scope: dict[str, Any], receive: ASGIReceive,
+                         send: ASGISend) -> None:
+        if (await receive())["type"] != "websocket.connect":
+            return
+        path = scope["path"].rstrip("/") or "/"
+        if path != WS_PATH:  # an HTTP answer instead of the handshake
+            status, body, headers = http_api.route_error("GET", path)
+            await _send_json(send, "websocket.http.response", status, body, headers)
+            return
+        await send({"type": "websocket.accept"})
+        if len(self._sessions) >= self.limits.max_sessions:
+            # OpenEnv's answer to a connection beyond capacity: an error frame, then close.
+            limit = self.limits.max_sessions
+            await send({"type": "websocket.send", "text": encode(error(
+                f"server full: {len(self._sessions)} of {limit} sessions in use (serve-env "
+                f"--max_sessions {limit}); retry after a session ends, or start the server "
+                f"with a larger --max_sessions", CAPACITY_REACHED))})
+            await _close(send, 1013, "server full")
+            return
+        closing = await self._open_session(receive, send)
+        if closing is not None:
+            await _close(send, *closing)
 
-    async def _refuse(self, connection: ServerConnection) -> None:
-        """OpenEnv's answer to a connection beyond capacity: an error frame, then close."""
-        limit = self.limits.max_sessions
-        await connection.send(encode(error(
-            f"server full: {len(self._sessions)} of {limit} sessions in use (serve-env "
-            f"--max_sessions {limit}); retry after a session ends, or start the server with a "
-            f"larger --max_sessions", CAPACITY_REACHED)))
-        await connection.close(1013, "server full")
-
-    async def _open_session(self, connection: ServerConnection) -> None:
-        """Make the session's env, converse, and close the env however the session ends."""
+    async def _open_session(self, receive: ASGIReceive, send: ASGISend
+                            ) -> tuple[int, str] | None:
+        """Make the session's env, converse, and close the env however the session ends;
+        the close code and reason to send after, or None when the client has gone."""
         session = _Session(id=uuid.uuid4().hex)
         self._sessions[session.id] = session  # counted before the await: no two take one place
         try:
@@ -280,10 +397,11 @@ class EnvServer:
                 session.env = await self._call(self._make_env)
             except Exception as exc:  # noqa: BLE001 - reported to the client, the server goes on
                 logger.exception("creating %s failed", self.env_id)
-                await connection.send(encode(error(
-                    f"cannot create {self.env_id}: {type(exc).__name__}: {exc}", FACTORY_ERROR)))
-                return
-            await self._converse(connection, session)
+                await send({"type": "websocket.send", "text": encode(error(
+                    f"cannot create {self.env_id}: {type(exc).__name__}: {exc}",
+                    FACTORY_ERROR))})
+                return 1011, "cannot create the env"
+            return await self._converse(receive, send, session)
         finally:
             try:
                 if session.env is not None:
@@ -293,31 +411,36 @@ class EnvServer:
             finally:
                 del self._sessions[session.id]
 
-    async def _converse(self, connection: ServerConnection, session: _Session) -> None:
+    async def _converse(self, receive: ASGIReceive, send: ASGISend, session: _Session
+                        ) -> tuple[int, str] | None:
         """Answer the session's requests until it closes, goes idle or disconnects."""
         idle = self.limits.idle_timeout
         while True:
             try:
-                raw = await asyncio.wait_for(connection.recv(), idle)
+                message = await asyncio.wait_for(receive(), idle)
             except asyncio.TimeoutError:
-                await connection.send(encode(error(
-                    f"session expired: no request for {idle:g} s (serve-env --idle_timeout); "
-                    f"connect again to start a new session", SESSION_ERROR)))
-                await connection.close(1000, "session expired")
-                return
-            answer = await self._answer(session, raw)
+                try:
+                    await asyncio.wait_for(send({"type": "websocket.send", "text": encode(error(
+                        f"session expired: no request for {idle:g} s (serve-env "
+                        f"--idle_timeout); connect again to start a new session",
+                        SESSION_ERROR))}), idle)
+                except asyncio.TimeoutError:
+                    return None
+                return 1000, "session expired"
+            if message["type"] == "websocket.disconnect":
+                return None
+            answer = await self._answer(session, message.get("text"))
             if answer is None:  # the client's close request
-                return
+                return 1000, "closed"
             try:
-                await asyncio.wait_for(connection.send(answer), idle)
+                await asyncio.wait_for(send({"type": "websocket.send", "text": answer}), idle)
             except asyncio.TimeoutError:
-                await connection.close(1000, "answer not taken")
-                return
+                return None  # the client takes no answers: end the session, close nothing
 
-    async def _answer(self, session: _Session, raw: str | bytes) -> str | None:
-        """The answer frame to one request frame (an ``error`` frame for a bad request), or
-        None for ``{"type": "close"}``."""
-        if not isinstance(raw, str):
+    async def _answer(self, session: _Session, raw: str | None) -> str | None:
+        """The answer frame to one request frame (an ``error`` frame for a bad request; ``raw``
+        is None for a binary frame), or None for ``{"type": "close"}``."""
+        if raw is None:
             return encode(error("send each request as a JSON text frame, not a binary one",
                                 INVALID_JSON))
         try:
@@ -326,36 +449,25 @@ class EnvServer:
             return encode(error(f"request is not valid JSON: {exc}", INVALID_JSON))
         if not isinstance(message, dict) or set(message) - {"type", "data"}:
             return encode(error(f'a request is a JSON object {{"type": ..., "data": {{...}}}}, '
-                                f"got {_brief(message)}", VALIDATION_ERROR))
+                                f"got {brief(message)}", VALIDATION_ERROR))
         kind, data = message.get("type"), message.get("data", {})
-        if kind == "reset":
-            return await self._reset(session, data)
-        if kind == "step":
-            return await self._step(session, data)
+        try:
+            if kind == "reset":
+                return await self._reset(session, *protocol.reset_arguments(data))
+            if kind == "step":
+                return await self._step(session, protocol.step_action(data))
+        except RequestError as refused:
+            return encode(error(str(refused), refused.code))
         if kind == "close":
             return None
         if kind == "state":
-            return encode({"type": "state", "data": {
-                "episode_id": session.episode_id, "step_count": session.step_count,
-                "env_id": self.env_id, "done": session.done}})
-        return encode(error(f"unknown request type {_brief(kind)}; the types are reset, step, "
+            return encode({"type": "state", "data": protocol.state_data(
+                self.env_id, session.episode_id, session.step_count, session.done)})
+        return encode(error(f"unknown request type {brief(kind)}; the types are reset, step, "
                             f"state and close", UNKNOWN_TYPE))
 
-    async def _reset(self, session: _Session, data: Any) -> str:
-        keys = ("seed", "options", "episode_id")
-        if not isinstance(data, dict) or set(data) - set(keys):
-            return encode(error(f"reset data is an object with any of {', '.join(keys)}; got "
-                                f"{_brief(data)}", VALIDATION_ERROR))
-        seed, options, episode_id = (data.get(key) for key in keys)
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-            return encode(error(f"reset seed must be a non-negative integer or null, got "
-                                f"{_brief(seed)}", VALIDATION_ERROR))
-        if options is not None and not isinstance(options, dict):
-            return encode(error(f"reset options must be an object or null, got "
-                                f"{_brief(options)}", VALIDATION_ERROR))
-        if episode_id is not None and not isinstance(episode_id, str):
-            return encode(error(f"reset episode_id must be a string or null, got "
-                                f"{_brief(episode_id)}", VALIDATION_ERROR))
+    async def _reset(self, session: _Session, seed: int | None, options: dict[str, Any] | None,
+                     episode_id: str | None) -> str:
         try:
             observation, info = await self._call(session.env.reset, seed=seed, options=options)
             answer = encode({"type": "observation",
@@ -367,15 +479,7 @@ class EnvServer:
         session.step_count, session.done = 0, False
         return answer
 
-    async def _step(self, session: _Session, data: Any) -> str:
-        if not isinstance(data, dict) or "action" not in data \
-                or set(data) - {"action", "metadata"}:
-            return encode(error(f'step data is {{"action": "<text>"}}, got {_brief(data)}',
-                                VALIDATION_ERROR))
-        action = data["action"]
-        if not isinstance(action, str):
-            return encode(error(f"step action must be a string (this env's actions are text), "
-                                f"got {_brief(action)}", VALIDATION_ERROR))
+    async def _step(self, session: _Session, action: str) -> str:
         if session.episode_id is None:
             return encode(error('step before reset: send {"type": "reset"} first (Gymnasium: '
                                 "ResetNeeded)", EXECUTION_ERROR))
@@ -390,3 +494,24 @@ class EnvServer:
         session.done = bool(terminated or truncated)
         return answer
 
+
+async def _send_json(send: ASGISend, kind: str, status: int, body: dict[str, Any],
+                     headers: list[tuple[str, str]]) -> None:
+    """One JSON answer, then the connection closes (one request per connection, so the
+    deadline for a connection's request head bounds every request): ``kind`` is
+    ``http.response`` or ``websocket.http.response`` (an HTTP answer to a WebSocket handshake)."""
+    data = encode(body).encode("utf-8")
+    await send({"type": f"{kind}.start", "status": status, "headers": [
+        (name.encode("latin-1"), value.encode("latin-1")) for name, value in
+        [("content-type", "application/json"), ("content-length", str(len(data))),
+         ("connection", "close"), *headers]]})
+    await send({"type": f"{kind}.body", "body": data})
+
+
+async def _close(send: ASGISend, code: int, reason: str) -> None:
+    """Close the WebSocket, unless the client takes nothing (then it is left to uvicorn)."""
+    try:
+        await asyncio.wait_for(send({"type": "websocket.close", "code": code, "reason": reason}),
+                               REQUEST_TIMEOUT)
+    except asyncio.TimeoutError:
+        pass

@@ -2,7 +2,9 @@
 
 The protocol is OpenEnv's (reset / step / state over ``ws://HOST:PORT/ws``), so both
 paw-gym's ``RemoteEnv`` (``gym.make("PaW/Remote-v0", url=...)``) and OpenEnv clients step it.
-Each connection gets its own env; docs/remote_envs.md describes the protocol and limits.
+Each connection gets its own env. The same port answers OpenEnv's HTTP routes (/health,
+/metadata, /schema, /openapi.json, one-shot /reset, /step, /state, /mcp), so `openenv validate
+--url http://HOST:PORT` passes; docs/remote_envs.md describes the protocol and limits.
 
 Examples::
 
@@ -46,7 +48,8 @@ def add_parser(subparsers) -> None:
     from training.commands.flags import add_command
 
     add_command(subparsers, "serve-env", ServeEnvArguments,
-                help="serve a text env over WebSocket (OpenEnv protocol), a session per client",
+                help="serve a text env over WebSocket (OpenEnv protocol, with its HTTP routes), "
+                     "a session per client",
                 description=__doc__).set_defaults(func=run)
 
 
