@@ -12,13 +12,18 @@ Each library that chooses its kernels by the CPU is told to choose as on the emu
   an emulated Intel CPU preloads a two-function library that answers MKL's "is this an Intel
   CPU?" (``mkl_serv_intel_cpu_true``, which libtorch_cpu.so exports) with yes: MKL then runs
   the kernels it runs on an Intel CPU with those instructions.
-* oneDNN: ``ONEDNN_MAX_CPU_ISA``.
+* MKL's vector maths (VML) follows its BLAS (its Intel kernels by the same answer), unless
+  the mode pins it (``MKL_VML_DEBUG_CPU_TYPE``).
+* oneDNN: ``ONEDNN_MAX_CPU_ISA``, unless the mode caps it lower.
 * glibc's maths functions (what torch's ``default`` kernels call): ``GLIBC_TUNABLES`` hides
   the instructions the emulated CPU lacks from glibc's choice of its implementations.
 
 Not emulated: instructions this CPU lacks (AMX, and AVX-512 on a CPU without it: those CPUs
-are left out), and torch code that asks the CPU directly rather than ``ATEN_CPU_CAPABILITY``
-(its bfloat16 matrix products through oneDNN; a float32 run, as the demo's, has none).
+are left out), torch code that asks the CPU directly rather than ``ATEN_CPU_CAPABILITY``
+(its bfloat16 matrix products through oneDNN; a float32 run, as the demo's, has none), and an
+approximate instruction's bits (``rsqrtps``, ``rcpps``: each vendor's hardware has its own, so
+an Intel CPU emulated on an AMD one still computes AMD's; issue 59 found MKL's VML ``sqrt``
+parting there, which ``tests/op_fingerprints.py`` compares with an Intel CPU's file).
 """
 
 from __future__ import annotations
@@ -110,7 +115,8 @@ def environment(cpu: EmulatedCPU, mode: str, scratch: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in (*SETTINGS, "GLIBC_TUNABLES", "LD_PRELOAD", VARIABLE)}
     env[VARIABLE] = mode
-    # A mode that names torch's kernels replaces the CPU's choice, here as on a real CPU.
+    # A mode that names torch's kernels or caps oneDNN's replaces the CPU's choice, here as on
+    # a real CPU (the mode's cap, SSE4.1, is below every emulated CPU's).
     if cpu.capability != "native" and "ATEN_CPU_CAPABILITY" not in MODES[mode]:
         env["ATEN_CPU_CAPABILITY"] = cpu.capability
     if cpu.intel:
@@ -118,7 +124,7 @@ def environment(cpu: EmulatedCPU, mode: str, scratch: Path) -> dict[str, str]:
         env["LD_PRELOAD"] = str(_intel_library(str(scratch)))
     if cpu.mkl:
         env["MKL_ENABLE_INSTRUCTIONS"] = cpu.mkl
-    if cpu.onednn:
+    if cpu.onednn and "ONEDNN_MAX_CPU_ISA" not in MODES[mode]:
         env["ONEDNN_MAX_CPU_ISA"] = cpu.onednn
     if cpu.hidden:
         env["GLIBC_TUNABLES"] = "glibc.cpu.hwcaps=" + ",".join(f"-{i}" for i in cpu.hidden)

@@ -1,28 +1,42 @@
-"""The numerics mode (whether torch's float sums depend on the CPU) and the record of the
+"""The numerics mode (whether torch's float results depend on the CPU) and the record of the
 machine that made a result.
 
-Two CPUs round a float sum differently when their libraries add its terms in a different
-order, and one changed bit of a logit changes a sampled token. Two libraries decide that order
-in a float32 run of torch on an x86-64 CPU:
+Two CPUs round a float result differently when their libraries add its terms in a different
+order or start it from a different approximation, and one changed bit of a logit changes a
+sampled token. Four libraries decide that in a float32 run of torch on an x86-64 CPU:
 
-* **ATen**, torch's own kernels (softmax, norms, attention, AdamW, the entropies), comes in
-  builds per instruction set (``avx512``, ``avx2``, ``default``); torch picks the highest the
-  CPU has. Each build sums in its own order.
-* **MKL**, torch's matrix products, picks a kernel per CPU vendor and instruction set (Intel
-  AVX-512, Intel AVX2, SSE, another path on other vendors). ``MKL_CBWR=AVX2``, the setting
-  usually tried, pins Intel CPUs only: MKL's guide says that on other CPUs it runs its
+* **ATen**, torch's own kernels (softmax, norms, attention, AdamW's arithmetic, the
+  entropies), comes in builds per instruction set (``avx512``, ``avx2``, ``default``); torch
+  picks the highest the CPU has. Each build sums in its own order.
+* **MKL's BLAS**, torch's matrix products, picks a kernel per CPU vendor and instruction set
+  (Intel AVX-512, Intel AVX2, SSE, another path on other vendors). ``MKL_CBWR=AVX2``, the
+  setting usually tried, pins Intel CPUs only: MKL's guide says that on other CPUs it runs its
   automatic choice instead.
+* **MKL's VML**, the vector maths functions ATen's ``sqrt``, ``exp``, ``log``, ``log2``,
+  ``log10``, ``sin``, ``cos``, ``tan``, ``tanh``, ``asin``, ``acos``, ``atan``, ``erf``,
+  ``erfc``, ``erfinv`` and ``trunc`` call (AdamW's ``sqrt`` among them). ``MKL_CBWR`` does not
+  make them vendor-free: under ``COMPATIBLE`` it still runs SSE4 kernels that start ``sqrt``,
+  ``atan``, ``tan``, ``log2``, ``log10``, ``asin`` and ``acos`` from ``rsqrtps`` or ``rcpps``,
+  approximations whose bits differ between Intel's and AMD's CPUs (issue 59: an Intel Xeon and
+  the AMD EPYC VM part on ``sqrt`` there). ``MKL_VML_DEBUG_CPU_TYPE=1`` (a setting MKL reads
+  but does not document) makes VML run its SSE2 kernels, which use none (read from their
+  machine code, with the functions they call) and which every x86-64 CPU runs.
+* **oneDNN** computes a few element-wise ops even under ATen's ``default`` build (``gelu``),
+  with code it generates for the highest instruction set the CPU has; ``ONEDNN_MAX_CPU_ISA``
+  caps it.
 
-``portable`` runs ATen's ``default`` build (which every x86-64 CPU runs) and MKL's
-``COMPATIBLE`` branch (SSE2 code, the same on Intel and AMD), so that a seed gives the same
-bits on every x86-64 CPU; ``native`` (each library's own choice, the fastest it has) gives
-numbers that belong to the CPU kind they were measured on. ``tests/test_numerics.py`` (heavy) checks the
-shortened demo's base model, every update's metrics, checkpoints and tables under CPUs
-emulated on one machine (``tests/emulated_cpus.py``: Intel's and another vendor's MKL,
-AVX-512, AVX2 and SSE4.2 only, with oneDNN and glibc's maths functions capped alike);
-``benchmarks/numerics.py`` measures the same and the speed cost (benchmarks/README.md).
+``portable`` runs ATen's ``default`` build (which every x86-64 CPU runs), MKL's ``COMPATIBLE``
+branch (SSE2 code, the same on Intel and AMD), VML's SSE2 kernels and oneDNN's SSE4.1 code, so
+that a seed gives the same bits on every x86-64 CPU with SSE4.1; ``native`` (each library's
+own choice, the fastest it has) gives numbers that belong to the CPU kind they were measured
+on. ``tests/test_numerics.py`` checks, op by op, the hashes of a training step's float ops
+against an Intel Xeon's (``tests/op_fingerprints.py``) and (heavy) the shortened demo's base
+model, every update's metrics, checkpoints and tables under CPUs emulated on one machine
+(``tests/emulated_cpus.py``: Intel's and another vendor's MKL, AVX-512, AVX2 and SSE4.2 only,
+with oneDNN and glibc's maths functions capped alike); ``benchmarks/numerics.py`` measures the
+same and the speed cost (benchmarks/README.md).
 
-Both are settings the libraries read once, when torch loads or first computes, so the mode is
+All are settings the libraries read once, when torch loads or first computes, so the mode is
 applied to ``os.environ`` before torch is imported (:func:`apply`, first thing in every
 ``paw-gym`` command; a process the command starts, spawned or launched by torchrun, inherits
 the environment), and is chosen by the environment variable ``PAW_GYM_NUMERICS``.
@@ -45,11 +59,13 @@ VARIABLE = "PAW_GYM_NUMERICS"
 #: Each mode's settings of the libraries.
 MODES: dict[str, dict[str, str]] = {
     "native": {},
-    "portable": {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"},
+    "portable": {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE",
+                 "MKL_VML_DEBUG_CPU_TYPE": "1", "ONEDNN_MAX_CPU_ISA": "SSE41"},
 }
-#: The libraries' settings that choose their kernels, so the order of a float sum (recorded
+#: The libraries' settings that choose their kernels, so the bits of a float result (recorded
 #: when set).
-SETTINGS = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
+SETTINGS = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS",
+            "MKL_VML_DEBUG_CPU_TYPE", "ONEDNN_MAX_CPU_ISA")
 #: The lock file whose hash names the library versions (absent from an installed wheel).
 LOCK = Path(__file__).resolve().parents[2] / "constraints.txt"
 
