@@ -1,7 +1,7 @@
 """The numerics mode (``training.infra.numerics``): applied before torch loads, refused in one
-line when it cannot hold, recorded in every results file, part of the base model's cache key;
-in ``portable`` mode a training step's float ops hash as on an Intel Xeon (heavy) and the demo
-computes the same bits on every emulated CPU (heavy)."""
+line when it cannot hold, recorded in every results file with the CPU's kind, part of the base
+model's cache key; in ``portable`` mode a training step's float ops hash as on an Intel Xeon
+(heavy) and the demo computes the same bits on every emulated CPU (heavy)."""
 
 from __future__ import annotations
 
@@ -132,15 +132,71 @@ def test_the_machine_record_names_the_cpu_kernels_mode_lock_and_python():
 
     record = numerics.machine()
     assert record["cpu"] and record["cpu"] == numerics.cpu_model()
+    assert record["cpu_kind"] == numerics.cpu_kind()
     assert record["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert record["numerics"] == numerics.mode_in_effect()
     assert record["lock_sha256"] == hashlib.sha256(
         (REPO / "constraints.txt").read_bytes()).hexdigest()
     assert record["python"] == platform.python_version()
     line = numerics.machine_line(record)
-    assert line.startswith(f"Machine: {record['cpu']}, torch's {record['cpu_capability']} "
-                           f"kernels, {record['numerics']} numerics")
+    kind = numerics.kind_phrase(record["cpu_kind"])
+    assert line.startswith(f"Machine: {record['cpu']}{f' ({kind})' if kind else ''}, torch's "
+                           f"{record['cpu_capability']} kernels, {record['numerics']} numerics")
     assert record["lock_sha256"][:12] in line and record["python"] in line
+
+
+_CPUINFO = """processor\t: 0
+vendor_id\t: GenuineIntel
+cpu family\t: 6
+model\t\t: 207
+model name\t: Intel(R) Xeon(R) Processor
+stepping\t: 2
+flags\t\t: fpu sse2 sse4_1 sse4_2 avx avx2 fma f16c avx512f avx512bw avx512_vnni avx_vnni hypervisor
+
+processor\t: 1
+vendor_id\t: GenuineIntel
+model name\t: another name, not read
+"""
+
+
+#: A :func:`numerics.machine` record but for the CPU (without importing torch).
+_RECORD = {"cpu_capability": "DEFAULT", "numerics": "portable", "numerics_settings": {},
+           "lock_sha256": None, "python": "3.11.7", "torch": "2.13.0+cpu", "torch_threads": 1}
+
+
+def test_the_cpu_kind_tells_apart_cpus_whose_names_read_alike(tmp_path):
+    path = tmp_path / "cpuinfo"
+    path.write_text(_CPUINFO, encoding="utf-8")
+    kind = numerics.read_cpuinfo(path)
+    assert kind == {"vendor": "GenuineIntel", "family": 6, "model": 207, "stepping": 2,
+                    "isa": ["sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni",
+                            "avx512f", "avx512bw", "avx512_vnni"],
+                    "hypervisor": True, "name": "Intel(R) Xeon(R) Processor"}
+    line = numerics.machine_line({**_RECORD, "cpu": kind.pop("name"), "cpu_kind": kind})
+    assert line.startswith("Machine: Intel(R) Xeon(R) Processor (GenuineIntel family 6 model 207 "
+                           "stepping 2, SSE4_1 SSE4_2 AVX AVX2 FMA F16C AVX_VNNI AVX512F "
+                           "AVX512BW AVX512_VNNI, under a hypervisor), torch's ")
+    # A bare-metal CPU without the vector extensions, and an ARM CPU's different fields.
+    path.write_text("vendor_id : AuthenticAMD\ncpu family : 25\nflags : fpu sse2\n")
+    assert numerics.read_cpuinfo(path) | {"name": None} == {
+        "vendor": "AuthenticAMD", "family": 25, "model": None, "stepping": None, "isa": [],
+        "hypervisor": False, "name": None}
+    path.write_text("processor : 0\nFeatures : fp asimd\nCPU implementer : 0x41\n")
+    arm = numerics.read_cpuinfo(path)
+    assert arm["isa"] == [] and arm["vendor"] is None and arm["hypervisor"] is None
+
+
+def test_no_cpuinfo_is_a_record_of_unknowns_not_an_error(tmp_path):
+    kind = numerics.read_cpuinfo(tmp_path / "absent")
+    assert kind == dict.fromkeys(("vendor", "family", "model", "stepping", "isa", "hypervisor",
+                                  "name"))
+    assert numerics.kind_phrase({k: v for k, v in kind.items() if k != "name"}) == ""
+    record = {**_RECORD, "cpu": "x86_64", "cpu_kind": kind}
+    assert numerics.machine_line(record).startswith("Machine: x86_64, torch's ")
+    # A record made before the CPU's kind was recorded still reads.
+    assert numerics.machine_line({**_RECORD, "cpu": "AMD EPYC"}).startswith(
+        "Machine: AMD EPYC, torch's DEFAULT kernels, portable numerics; lock constraints.txt "
+        "sha256 none…")
 
 
 def test_an_evaluation_names_its_machine():
@@ -176,6 +232,8 @@ def test_the_base_cache_key_holds_the_numerics_mode(tmp_path, clean_environment)
     demos = record_expert_demos(config.env_id, 2, tmp_path / "d", max_steps=config.max_steps)
     native = base_recipe(config, demos)["numerics"]
     assert native["mode"] == "native" and native["cpu"] == numerics.cpu_model()
+    kind = numerics.cpu_kind()  # two CPUs named alike get two keys when their kinds differ
+    assert native["cpu_kind"] == {k: kind[k] for k in ("vendor", "family", "model", "isa")}
     for name, value in numerics.MODES["portable"].items():  # what apply() sets
         clean_environment.setenv(name, value)
     # Portable: the same key on every CPU, so a shared cache serves them all.

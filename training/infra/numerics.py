@@ -108,16 +108,67 @@ def mode_in_effect() -> str:
     return "portable" if all(os.environ.get(k) == v for k, v in portable.items()) else "native"
 
 
+#: Where Linux describes the CPU.
+CPUINFO = Path("/proc/cpuinfo")
+#: The CPU flags (``/proc/cpuinfo``'s spelling) that change which kernels a library runs:
+#: oneDNN's and glibc's choice (SSE4, AVX, AVX2, FMA, F16C), torch's builds and MKL's (AVX2,
+#: AVX-512), and the integer and bfloat16 paths (VNNI, BF16, FP16, AMX).
+KERNEL_FLAGS = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f",
+                "avx512cd", "avx512bw", "avx512dq", "avx512vl", "avx512ifma", "avx512vbmi",
+                "avx512_vbmi2", "avx512_vnni", "avx512_bitalg", "avx512_vpopcntdq",
+                "avx512_bf16", "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16", "amx_fp16")
+
+
+def read_cpuinfo(path: Path = CPUINFO) -> dict[str, Any]:
+    """What tells one CPU kind from another, from the first processor of ``path``
+    (``/proc/cpuinfo``): ``vendor`` (``GenuineIntel``, ``AuthenticAMD``), ``family``,
+    ``model`` and ``stepping`` (numbers), ``isa`` (those of :data:`KERNEL_FLAGS` it has) and
+    ``hypervisor`` (whether it runs under one), and ``name``, its model name. A field the
+    file lacks, or every field when there is no such file (another OS), is None."""
+    fields: dict[str, str] = {}
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break  # the first processor is enough: they are all alike
+            continue
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+
+    def number(key: str) -> int | None:
+        try:
+            return int(fields[key])
+        except (KeyError, ValueError):
+            return None
+
+    flags = fields.get("flags")  # x86; an ARM CPU lists "Features", none of KERNEL_FLAGS
+    features = flags if flags is not None else fields.get("Features")
+    present = set(features.split()) if features is not None else None
+    return {"vendor": fields.get("vendor_id"), "family": number("cpu family"),
+            "model": number("model"), "stepping": number("stepping"),
+            "isa": None if present is None else [f for f in KERNEL_FLAGS if f in present],
+            "hypervisor": None if flags is None else "hypervisor" in present,
+            "name": fields.get("model name")}
+
+
 @functools.cache
+def _cpuinfo() -> dict[str, Any]:
+    return read_cpuinfo()
+
+
 def cpu_model() -> str:
     """The CPU's model name (``/proc/cpuinfo``; elsewhere what ``platform`` says)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return _cpuinfo()["name"] or platform.processor() or platform.machine()
+
+
+def cpu_kind() -> dict[str, Any]:
+    """The CPU kind as :func:`read_cpuinfo` reads it (without the name, :func:`cpu_model`):
+    two CPUs whose model names read alike (a virtual machine's ``AMD EPYC``, ``Intel(R)
+    Xeon(R) Processor``) still differ here when their kernels may."""
+    return {k: v for k, v in _cpuinfo().items() if k != "name"}
 
 
 @functools.cache
@@ -139,29 +190,52 @@ def numerics_key() -> dict[str, Any]:
     mode = mode_in_effect()
     if mode == "portable":
         return {"mode": mode}
+    kind = cpu_kind()
     return {"mode": mode, "cpu": cpu_model(),
+            "cpu_kind": {k: kind[k] for k in ("vendor", "family", "model", "isa")},
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "settings": {k: os.environ[k] for k in SETTINGS if k in os.environ}}
 
 
 def machine() -> dict[str, Any]:
-    """The machine a result was made on, for every results file: the CPU, the instruction set
-    of torch's kernels, the numerics mode and the library settings, the lock's sha256, Python,
-    torch and its threads."""
+    """The machine a result was made on, for every results file: the CPU's name and kind
+    (:func:`cpu_kind`: vendor, family, model, stepping, the instruction sets that change
+    kernels, whether a hypervisor runs it), the instruction set of torch's kernels, the
+    numerics mode and the library settings, the lock's sha256, Python, torch and its
+    threads."""
     import torch
 
-    return {"cpu": cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    return {"cpu": cpu_model(), "cpu_kind": cpu_kind(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "numerics": mode_in_effect(),
             "numerics_settings": {k: os.environ[k] for k in SETTINGS if k in os.environ},
             "lock_sha256": lock_sha256(), "python": platform.python_version(),
             "torch": torch.__version__, "torch_threads": torch.get_num_threads()}
 
 
+def kind_phrase(kind: dict[str, Any] | None) -> str:
+    """A :func:`cpu_kind` in words: ``AuthenticAMD family 25 model 1 stepping 1, AVX2 FMA
+    ..., under a hypervisor`` (empty when nothing is known)."""
+    if not kind:
+        return ""
+    parts = [" ".join(f"{k} {kind[k]}" for k in ("family", "model", "stepping")
+                      if kind.get(k) is not None)]
+    if kind.get("vendor"):
+        parts[0] = f"{kind['vendor']} {parts[0]}".strip()
+    if kind.get("isa") is not None:
+        parts.append(" ".join(flag.upper() for flag in kind["isa"]) or "no SSE4 or AVX")
+    if kind.get("hypervisor") is not None:
+        parts.append("under a hypervisor" if kind["hypervisor"] else "no hypervisor")
+    return ", ".join(part for part in parts if part)
+
+
 def machine_line(record: dict[str, Any]) -> str:
     """One sentence naming the machine of a :func:`machine` record (``results.md``)."""
     settings = ", ".join(f"{k}={v}" for k, v in record["numerics_settings"].items())
     lock = (record["lock_sha256"] or "none")[:12]
-    return (f"Machine: {record['cpu']}, torch's {record['cpu_capability']} kernels, "
-            f"{record['numerics']} numerics{f' ({settings})' if settings else ''}; lock "
-            f"constraints.txt sha256 {lock}…, Python {record['python']}, torch "
-            f"{record['torch']} on {record['torch_threads']} thread(s).")
+    kind = kind_phrase(record.get("cpu_kind"))
+    return (f"Machine: {record['cpu']}{f' ({kind})' if kind else ''}, torch's "
+            f"{record['cpu_capability']} kernels, {record['numerics']} numerics"
+            f"{f' ({settings})' if settings else ''}; lock constraints.txt sha256 {lock}…, "
+            f"Python {record['python']}, torch {record['torch']} on "
+            f"{record['torch_threads']} thread(s).")
