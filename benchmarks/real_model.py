@@ -168,14 +168,30 @@ def sft(name: str, recipe: Recipe) -> dict[str, Any]:
 
 def trained(args: list[str], folder: Path) -> dict[str, float]:
     """Run ``paw-gym train ARGS`` into ``folder`` and return its cost, kept in
-    ``<folder>.cost.json`` (beside the run: the trainer's folder holds what it writes): a run that finished is not trained again when the stage's
-    evaluations or result file are redone (a study resumed after a stop)."""
+    ``<folder>.cost.json`` (beside the run: the trainer's folder holds what it writes): a run
+    that finished is not trained again when the stage's evaluations or result file are redone.
+    A run that was stopped (a session's end) and left a checkpoint goes on from it with
+    ``--resume``, exactly (the trainer restores weights, optimizer, schedule and every RNG);
+    its cost is then the pieces that finished (``pieces`` counts them: the updates a stopped
+    piece made after its last checkpoint are made again, and that piece's CPU time is lost)."""
     cost_file = folder.with_name(folder.name + ".cost.json")
     if cost_file.is_file():
         return json.loads(cost_file.read_text(encoding="utf-8"))
-    cost = run_command(args, folder.with_name(folder.name + ".log"))
+    log = folder.with_name(folder.name + ".log")
+    if any((folder / "checkpoints").glob("step-*")):
+        at = args.index("--overwrite")  # a resumed run keeps what its folder holds
+        resumed = args[:at] + args[at + 2:] + ["--resume"]
+        cost = {**run_command(resumed, log.with_name(log.stem + ".resumed.log")), "pieces": 2}
+    else:
+        cost = {**run_command(args, log), "pieces": 1}
     cost_file.write_text(json.dumps(cost), encoding="utf-8")
     return cost
+
+
+def _config_value(config: str, key: str) -> Any:
+    import yaml
+
+    return yaml.safe_load((REPO / config).read_text(encoding="utf-8"))[key]
 
 
 def held_out_replay(name: str) -> Path:
@@ -218,7 +234,10 @@ def rl(name: str, recipe: Recipe, seed: int, paw: bool) -> dict[str, Any]:
     extra: dict[str, Any] = {}
     if recipe.checkpoint_evals:
         extra["checkpoint_evals"] = {}
+        every = _config_value(recipe.rl_config, "val_every")
         for checkpoint in sorted((folder / "checkpoints").glob("step-*")):
+            if int(checkpoint.name.split("-")[1]) % every:
+                continue  # evaluated where the run validates; other checkpoints are for resume
             out = folder.with_name(folder.name + "-eval") / checkpoint.name
             evaluated = run_command(eval_args(recipe, out, checkpoint=checkpoint),
                                     out.with_suffix(".log"))

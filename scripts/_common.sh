@@ -1,9 +1,10 @@
 # Shared by scripts/*.sh: the scale argument and the paper-scale train + eval loop.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# A script with a third scale sets REAL_SCALE to what it runs before sourcing this file.
 SCALE="${1:-}"
-if [[ "$SCALE" != "tiny" && "$SCALE" != "paper" ]]; then
-    echo "usage: $0 tiny|paper   (tiny: CPU, minutes; paper: a GPU machine, hub models, the official data)" >&2
+if [[ "$SCALE" != "tiny" && "$SCALE" != "paper" && ( -z "${REAL_SCALE:-}" || "$SCALE" != "real" ) ]]; then
+    echo "usage: $0 tiny|paper${REAL_SCALE:+|real}   (tiny: CPU, minutes; paper: a GPU machine, hub models, the official data${REAL_SCALE:+; real: $REAL_SCALE})" >&2
     exit 2
 fi
 

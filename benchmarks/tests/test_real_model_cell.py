@@ -1,0 +1,127 @@
+"""The sparse-regime cell's bookkeeping (``benchmarks/real_model.py``, issue 55): what it reads
+from a run's replay and metrics, and the paired report, against hand-computed numbers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import real_model
+from wrappers import WMReplay
+from wrappers.record import transition_record
+
+
+def _replay(folder, wins):
+    """Two updates of 2 groups × 2 two-step episodes, in the trainer's record schema; ``wins``
+    holds the (update, group, episode) that win on their last step."""
+    records = []
+    for update in (1, 2):
+        for group in range(2):
+            for episode in range(2):
+                won = (update, group, episode) in wins
+                for step in range(2):
+                    last = step == 1
+                    records.append(transition_record(
+                        "prompt " * 80, f"action {update}{group}{episode}{step}", "next",
+                        10.0 if won and last else -0.1, won and last, False,
+                        {"won": won and last, "task_id": f"t{group}"},
+                        f"update-{update:06d}-episode-{2 * group + episode:04d}", step,
+                        update=update, group=group, lambda_g=1.0))
+    replay = WMReplay(folder, shard="update-000001")
+    replay.extend(records)
+    replay.close()
+    return folder
+
+
+def test_win_groups_and_the_outputs_around_the_first_win(tmp_path):
+    replay = _replay(tmp_path / "replay", wins={(2, 1, 0)})
+    assert real_model.win_groups(replay) == {1: 0.0, 2: 0.5}
+    outputs = real_model.first_win_outputs(replay)
+    assert outputs["update"] == 2
+    assert [step["a"] for step in outputs["before"]] == ["action 1000", "action 1001"]
+    assert [step["a"] for step in outputs["win"]] == ["action 2100", "action 2101"]
+    assert real_model.first_win_outputs(_replay(tmp_path / "none", wins=set())) is None
+
+
+def _run(seed, paw, success, final_val, greedy_final):
+    curves = [{"step": i + 1, "success": s, "invalid_frac": 0.9, "zero_advantage_groups": 0.25,
+               "lambda_mean": 1.0, "wm_selected": 8, "transitions": 64, "wm_leak": 0.01}
+              for i, s in enumerate(success)]
+    return {"seed": seed, "paw": paw, "cpu_s": 600.0, "curves": curves,
+            "win_groups": {str(i + 1): float(s > 0) for i, s in enumerate(success)},
+            "validations": [{"step": step, "val_success": v, "val_invalid_frac": 0.5,
+                             "val_wm_token": 0.4, "val_wm_exact": 0.1}
+                            for step, v in ((0, 0.05), (10, 0.1), (20, final_val))],
+            "checkpoint_evals": {"10": {"success": 0.2}, "20": {"success": greedy_final}},
+            "val": {}, "val_invalid": {}, "train_success": success,
+            "machine": {"cpu": "test CPU"}, "code": {"commit": "abcdef0123"}}
+
+
+def test_the_cell_report_pairs_seeds_and_computes_the_differences(tmp_path, monkeypatch):
+    from benchmarks.study_small import mean_ci
+
+    monkeypatch.setattr(real_model, "RESULTS", tmp_path)
+    folder = tmp_path / "real_model" / "shelf-sparse"
+    folder.mkdir(parents=True)
+    (folder / "sft.json").write_text(json.dumps({"success": 0.25, "invalid": 0.5,
+                                                 "episodes": 48}))
+    runs = {"grpo-s0": _run(0, False, [0, 0, 0, 0.25], 0.10, 0.30),
+            "grpo_paw-s0": _run(0, True, [0, 0.0625, 0, 0.5], 0.20, 0.40),
+            # seed 1: GRPO wins 12.5 % over its first 3 updates: outside the regime
+            "grpo-s1": _run(1, False, [0.125, 0.125, 0.125, 0.125], 0.30, 0.50),
+            "grpo_paw-s1": _run(1, True, [0, 0, 0, 0], 0.50, 0.50)}
+    for key, run in runs.items():
+        (folder / f"rl-{key}.json").write_text(json.dumps(run))
+    numbers = real_model.cell_numbers(runs["grpo_paw-s0"], start_greedy=0.25)
+    assert numbers["first_win"] == 2 and numbers["early_success"] == pytest.approx(0.0625 / 3)
+    assert numbers["train_success"] == pytest.approx(0.5625 / 4)
+    assert numbers["signal_groups"] == 0.75 and numbers["coverage"] == 0.125
+    assert numbers["greedy"] == [0.25, 0.2, 0.4] and numbers["val"] == [0.05, 0.1, 0.2]
+    assert real_model.cell_numbers(runs["grpo_paw-s1"])["first_win"] is None
+
+    text = real_model.report_cell("shelf-sparse")
+    assert "holds on 1 of 2 paired seeds" in text
+    mean, half = mean_ci([10.0, 20.0])  # final held-out at T = 1.0: 20 − 10 and 50 − 30 pp
+    assert (f"GRPO + PaW − GRPO, final held-out success at T = 1.0: {mean:+.1f} ± {half:.1f} pp"
+            in text)
+    mean, half = mean_ci([10.0, 0.0])  # greedy: 40 − 30 and 50 − 50
+    assert f"final held-out success, greedy: {mean:+.1f} ± {half:.1f} pp" in text
+    assert "GRPO + PaW: a training win in 1 of 2 runs, first at update(s) 2, none" in text
+    assert "GRPO: a training win in 2 of 2 runs, first at update(s) 4, 1" in text
+    assert "code abcdef0" in text
+    assert text.count("| GRPO + PaW |") == 2 and text.count("| GRPO |") == 2
+
+
+def test_the_cell_figure_draws_every_seed(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    monkeypatch.setattr(real_model, "RESULTS", tmp_path)
+    folder = tmp_path / "real_model" / "shelf-sparse"
+    folder.mkdir(parents=True)
+    for seed in range(2):
+        for paw in (False, True):
+            run = _run(seed, paw, [0, 0.1, 0.2], 0.1, 0.1)
+            name = f"rl-{'grpo_paw' if paw else 'grpo'}-s{seed}.json"
+            (folder / name).write_text(json.dumps(run))
+    figure = real_model.plot_cell("shelf-sparse", tmp_path / "cell.png")
+    assert figure.stat().st_size > 10_000
+
+
+def test_a_stopped_run_goes_on_from_its_checkpoint_and_a_finished_one_is_not_rerun(
+        tmp_path, monkeypatch):
+    """``trained``'s choice of command (the command itself is ``paw-gym train``, whose
+    ``--resume`` the trainer's kill-and-resume tests check)."""
+    calls = []
+    monkeypatch.setattr(real_model, "run_command",
+                        lambda args, log: calls.append(args) or {"cpu_s": 1.0, "wall_s": 2.0})
+    args = ["train", "--config", "c.yaml", "--output_dir", str(tmp_path / "run"),
+            "--overwrite", "true", "--paw", "true"]
+    assert real_model.trained(args, tmp_path / "run") == {"cpu_s": 1.0, "wall_s": 2.0,
+                                                         "pieces": 1}
+    assert calls == [args]
+    assert real_model.trained(args, tmp_path / "run")["pieces"] == 1 and len(calls) == 1
+
+    (tmp_path / "stopped" / "checkpoints" / "step-000004").mkdir(parents=True)
+    assert real_model.trained(args, tmp_path / "stopped")["pieces"] == 2
+    assert calls[-1] == ["train", "--config", "c.yaml", "--output_dir", str(tmp_path / "run"),
+                         "--paw", "true", "--resume"]
