@@ -263,6 +263,31 @@ def test_remote_env_says_when_no_server_answers():
         RemoteEnv("ftp://127.0.0.1:8001")
 
 
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), 0, -1.0, "5", True])
+def test_a_timeout_that_is_no_positive_finite_number_is_refused(timeout):
+    with pytest.raises(ValueError, match=f"timeout must be a positive number of seconds, got "
+                                         f"{re.escape(repr(timeout))}"):
+        RemoteEnv("http://127.0.0.1:8001", timeout=timeout)
+
+
+def test_serve_env_says_when_it_serves_other_machines_without_authentication():
+    from training.commands.serve_env import is_loopback
+
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("::") and not is_loopback("10.1.2.3")
+    command = [sys.executable, "-m", "training.cli", "serve-env", "--env", "PaW/Shelf-v0",
+               "--host", "0.0.0.0", "--port", "0"]
+    process = subprocess.Popen(command, cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True)
+    try:
+        warning = process.stderr.readline()
+    finally:
+        process.kill()
+        process.communicate(timeout=30)
+    assert warning.startswith("paw-gym: warning: 0.0.0.0 is reachable from other machines and "
+                              "the server has no authentication")
+
+
 def test_http_routes_describe_the_server(server):
     def get(path: str):
         try:

@@ -200,7 +200,8 @@ class RemoteEnv(gym.Env[str, str]):
 def _parse_url(url: Any, timeout: Any) -> tuple[Any, bool]:
     """``(urlsplit of the server's base URL, whether it is https/wss)``; ValueError for a bad
     ``url`` or ``timeout``."""
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+            or not 0 < timeout < float("inf"):  # nan and inf compare false / never answer
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     if not isinstance(url, str):
         raise ValueError(f"url {url!r}: give the server's base URL, http://HOST:PORT (what "

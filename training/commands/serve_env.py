@@ -14,6 +14,8 @@ Examples::
 
 from __future__ import annotations
 
+import ipaddress
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +44,14 @@ class ServeEnvArguments(CheckedConfig):
     """Seconds a session may wait for its client's next request before it ends."""
     max_message_bytes: int = bounded(1 << 20, 1, 1 << 30)
     """Largest request a client may send (bytes)."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (the address the server bound) is this machine's loopback only."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name: only "localhost" is known to stay on this machine
+        return host == "localhost"
 
 
 def add_parser(subparsers) -> None:
@@ -88,6 +98,10 @@ def run(args) -> int:
         raise UserError(f"cannot serve {arguments.env}: {error}") from error  # or a non-text env
     print(f"serving {arguments.env} at {server.url} (sessions: {server.ws_url}, at most "
           f"{limits.max_sessions}; Ctrl-C to stop)", flush=True)
+    if not is_loopback(server.host):
+        print(f"paw-gym: warning: {server.host} is reachable from other machines and the server "
+              f"has no authentication: anyone who reaches port {server.port} can open sessions "
+              f"(--host 127.0.0.1 serves this machine only)", file=sys.stderr, flush=True)
     try:
         server.serve_forever()
     finally:
