@@ -284,3 +284,28 @@ def test_fits_type_reads_annotations_as_yaml_gives_values():
     assert fits_type(["a"], Sequence[str]) and not fits_type("a", Sequence[str])
     assert fits_type("test", Literal["train", "test"]) and not fits_type(1, Literal["1"])
     assert describe_kind(tuple[int, ...] | None) == "a list of integers or none"
+
+
+def test_sft_and_train_wm_wrap_lora_as_train_does(tiny_model_dir, tmp_path):
+    """One LoRA wrapping (training.models.add_lora) for train, sft and train-wm: a mistyped
+    target is the same one line everywhere, and the dropout train sets reaches the adapter."""
+    from agents.hf_policy import HFPolicy
+    from training.models import add_lora
+    from training.warmstart.sft import SFTConfig, run_sft
+    from training.world_model.config import WorldModelConfig
+    from training.world_model.methods import load_trainable_policy
+
+    message = r"^lora_target_modules 'q_prj' \(did you mean q_proj\?\) name no layer"
+    replay = tmp_path / "replay"  # read after the wrapping, which fails first
+    replay.mkdir()
+    with pytest.raises(ValueError, match=message):
+        run_sft(SFTConfig(model=str(tiny_model_dir), replay=str(replay), lora=True,
+                          lora_target_modules=["q_prj"], device="cpu"))
+    with pytest.raises(ValueError, match=message):
+        load_trainable_policy(WorldModelConfig(model=str(tiny_model_dir), replay=str(replay),
+                                               lora=True, lora_target_modules=["q_prj"],
+                                               device="cpu"))
+    model = add_lora(HFPolicy(str(tiny_model_dir), device="cpu").model, r=4, alpha=8,
+                     targets=["q_proj"], dropout=0.1)
+    assert model.peft_config["default"].lora_dropout == 0.1
+    assert model.peft_config["default"].target_modules == {"q_proj"}

@@ -101,13 +101,8 @@ def build_policy(config: TrainConfig, device: str | None = None):
         policy.model = PeftModel.from_pretrained(policy.model, config.init_checkpoint,
                                                  is_trainable=True).to(policy.device)
     elif config.lora:
-        from peft import LoraConfig, get_peft_model
-
-        check_lora_targets(config.lora_target_modules, layer_names(policy.model))
-        lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha,
-                          lora_dropout=config.lora_dropout,
-                          target_modules=list(config.lora_target_modules), task_type="CAUSAL_LM")
-        policy.model = get_peft_model(policy.model, lora)
+        policy.model = add_lora(policy.model, r=config.lora_r, alpha=config.lora_alpha,
+                                targets=config.lora_target_modules, dropout=config.lora_dropout)
     if config.gradient_checkpointing:
         policy.model.gradient_checkpointing_enable(
             gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -118,6 +113,18 @@ def build_policy(config: TrainConfig, device: str | None = None):
     # checkpointing it is put in train mode (Qwen2's attention dropout is 0; keep lora_dropout 0).
     policy.model.train(config.gradient_checkpointing)
     return policy
+
+
+def add_lora(model, *, r: int, alpha: int, targets, dropout: float = 0.0):
+    """``model`` wrapped in a fresh LoRA adapter (peft's ``get_peft_model``): rank ``r``, scale
+    ``alpha / r``, on the layers ``targets`` names (checked first: a name that matches no layer
+    is one ``ValueError`` naming the layers there are), with ``dropout``. The one LoRA wrapping
+    of ``train``, ``sft`` and ``train-wm``."""
+    from peft import LoraConfig, get_peft_model
+
+    check_lora_targets(targets, layer_names(model))
+    return get_peft_model(model, LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout,
+                                            target_modules=list(targets), task_type="CAUSAL_LM"))
 
 
 def check_vllm_installed(name: str = "rollout_backend") -> None:

@@ -127,11 +127,10 @@ def _fine_tune(config: SFTConfig, output) -> list[dict[str, Any]]:
     policy = HFPolicy(config.model, device=config.device, dtype="auto", seed=config.seed,
                       system_prompt=config.system_prompt)
     if config.lora:
-        from peft import LoraConfig, get_peft_model
+        from training.models import add_lora
 
-        policy.model = get_peft_model(policy.model, LoraConfig(
-            r=config.lora_r, lora_alpha=config.lora_alpha,
-            target_modules=list(config.lora_target_modules), task_type="CAUSAL_LM"))
+        policy.model = add_lora(policy.model, r=config.lora_r, alpha=config.lora_alpha,
+                                targets=config.lora_target_modules)
     model = policy.model.eval()  # no dropout: the tiny models have none, hub models keep parity
     samples = load_examples(policy, config.replay, config.successful_only, config.max_seq_len)
     params = [p for p in model.parameters() if p.requires_grad]

@@ -56,11 +56,10 @@ def load_trainable_policy(config: WorldModelConfig):
     policy = HFPolicy(config.model, device=config.device, dtype="auto", seed=config.seed,
                       max_context=config.max_seq_len)
     if config.lora:
-        from peft import LoraConfig, get_peft_model
+        from training.models import add_lora
 
-        policy.model = get_peft_model(policy.model, LoraConfig(
-            r=config.lora_r, lora_alpha=config.lora_alpha,
-            target_modules=list(config.lora_target_modules), task_type="CAUSAL_LM"))
+        policy.model = add_lora(policy.model, r=config.lora_r, alpha=config.lora_alpha,
+                                targets=config.lora_target_modules)
     policy.model.eval()  # no dropout: sampling and training passes must agree
     return policy
 
