@@ -41,6 +41,7 @@ COMMAND_MODULES = [
     "training.commands.play",
     "training.commands.serve_retriever",
     "training.commands.serve_env",
+    "training.commands.openenv_package",
     "training.commands.get_model",
     "training.commands.build_tiny_model",
     "training.commands.gen_alfworld",
