@@ -3,12 +3,12 @@
 #   tiny:  the paired study's sparse start (noisy expert ε = 0.9) on Shelf, GRPO vs GRPO + PaW;
 #          seed-band curves in benchmarks/results/study_shelf_u24_sparse.png.
 #   real:  SmolLM2-135M-Instruct after its short LoRA SFT, rollouts at temperature 1.0, 20
-#          updates, GRPO vs GRPO + PaW on paired seeds (issue 55; about 45 CPU min a run, one
+#          updates, GRPO vs GRPO + PaW on paired seeds (issue 55; about 2.5 CPU h a run, one
 #          torch thread; SEEDS="3" reruns one seed): tables and figure from
 #          `python -m benchmarks.real_model shelf-sparse --report`.
 #   paper: Llama3.2-3B-Instruct on WebShop, GRPO + PaW vs GRPO (training rewards in each
 #          run's metrics.jsonl and curves.png).
-REAL_SCALE="SmolLM2-135M-Instruct on CPU, about 45 CPU min a run"
+REAL_SCALE="SmolLM2-135M-Instruct on CPU, about 2.5 CPU h a run"
 source "$(dirname "$0")/_common.sh"
 if [[ "$SCALE" == tiny ]]; then
     python -m benchmarks.study_small --env shelf --starts sparse --seeds 10 --workers 2 \
