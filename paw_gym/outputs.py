@@ -183,6 +183,27 @@ class Output:
         self.forget(relative)
         return survey.kept
 
+    def set_aside(self, relative: str) -> Path:
+        """Rename the folder ``relative`` (a damaged save this command is about to write
+        again) whole to ``<name>.damaged-<time>`` beside it, dropping its records: nothing in
+        it is deleted, and from then on it is the user's (``--overwrite`` keeps it, naming
+        it). Returns the new path."""
+        source = self.folder / relative
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        aside = source.with_name(f"{source.name}.damaged-{stamp}")
+        for count in itertools.count(2):
+            if not os.path.lexists(aside):
+                break
+            aside = source.with_name(f"{source.name}.damaged-{stamp}-{count}")
+        os.rename(source, aside)
+        self.forget(relative)
+        return aside
+
+    def not_ours(self, relative: str) -> list[str]:
+        """The entries under ``relative`` this command cannot prove it wrote (what
+        :meth:`remove` would keep)."""
+        return _survey(self.folder, self.manifest, by_inode=True, below=relative).kept
+
     @contextlib.contextmanager
     def staged(self, target: str) -> Iterator[Path]:
         """Yield a fresh hidden folder beside ``target`` (relative; ``"."`` for the claimed

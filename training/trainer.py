@@ -889,7 +889,15 @@ class PaWTrainer:
                     self.output = claim_folder(out, "train", False,
                                                writes=ckpt.train_writes(self.config),
                                                resume=True)
-                with self.output.staged(path.relative_to(out).as_posix()) as staging:
+                relative = path.relative_to(out).as_posix()
+                foreign = self.output.not_ours(relative) if path.is_dir() else []
+                if foreign:  # a damaged earlier save of this step (or a user's file in it)
+                    aside = ckpt.set_aside(self.output, path)
+                    print(f"paw-gym: {path} held what paw-gym cannot prove it wrote ("
+                          f"{', '.join(foreign[:4])}); moved it aside whole to {aside} (delete "
+                          "it when you wish) before saving this step again", file=sys.stderr,
+                          flush=True)
+                with self.output.staged(relative) as staging:
                     self._write_checkpoint(staging)
                 ckpt.prune(self.output, self.config.keep_checkpoints,
                            also=self.collapse.protected())
@@ -898,9 +906,9 @@ class PaWTrainer:
             self.world.barrier()  # renamed before any rank goes on
             return path
         except (OSError, SafetensorError) as error:  # safetensors' own I/O error
-            earlier = ckpt.latest_checkpoint(self.config.output_dir)
+            earlier = ckpt.latest_intact_checkpoint(self.config.output_dir)
             after = (f"the latest intact checkpoint is {earlier.name}, which --resume takes"
-                     if earlier else "no earlier checkpoint")
+                     if earlier else "no intact checkpoint is left")
             reason = getattr(error, "strerror", None) or error
             raise ckpt.CheckpointWriteError(f"could not write checkpoint {path} ({reason}); "
                                             f"removed the partial one; {after}") from None
@@ -950,24 +958,36 @@ class PaWTrainer:
 
     def _resume(self, out: Path, resume: str | Path | bool) -> None:
         """Load the given checkpoint, or (``resume=True``) the newest intact one in ``out``: a
-        damaged newest checkpoint (a kill while it was written, a bad disk) falls back to the
-        one before it, with a warning."""
+        damaged newer checkpoint (a kill while it was written, a bad disk) is moved aside whole
+        (:func:`training.infra.checkpoint.set_aside`: the run writes that step again), and a
+        warning names the damage and the step the run really continues from."""
         if resume is not True:
             self.load_checkpoint(resume)
             return
         candidates = ckpt.checkpoints_newest_first(out)
         if not candidates:
             raise FileNotFoundError(f"--resume: no checkpoint under {out / 'checkpoints'}")
-        for index, path in enumerate(candidates):
+        damaged: list[tuple[Path, Exception]] = []
+        taken = None
+        for path in candidates:
             try:
                 self.load_checkpoint(path)
-                return
             except ckpt.CheckpointError as error:
-                if index + 1 == len(candidates):
-                    raise ckpt.CheckpointError(f"--resume: no intact checkpoint under {out}; the "
-                                               f"oldest: {error}") from None
-                warnings.warn(f"{error}; resuming from {candidates[index + 1].name} instead",
+                damaged.append((path, error))
+                continue
+            taken = path
+            break
+        if taken is None:  # left where they are: nothing to continue, nothing written
+            raise ckpt.CheckpointError(f"--resume: no intact checkpoint under {out}; the "
+                                       f"oldest: {damaged[-1][1]}")
+        self.world.barrier()  # every rank has read them before rank 0 moves them
+        if self.world.is_main:
+            for path, error in damaged:
+                aside = ckpt.set_aside(self.output, path)
+                warnings.warn(f"{error}; moved {path.name} aside whole to {aside} (delete it "
+                              f"when you wish); resuming from {taken.name} instead",
                               RuntimeWarning, stacklevel=4)
+        self.world.barrier()
 
     def load_checkpoint(self, path: str | Path) -> None:
         """Restore everything from ``path`` (checked first: a damaged file is a
@@ -1033,7 +1053,13 @@ class PaWTrainer:
                   flush=True)
         best = self.collapse.best_checkpoint
         if action == "rollback" and best is not None:
-            ckpt.verify_checkpoint(Path(best))
+            try:
+                ckpt.verify_checkpoint(Path(best))
+            except ckpt.CheckpointError as error:  # left as it is: nothing re-creates it
+                if self.world.is_main:
+                    print(f"cannot roll back: {error}; the run stops instead (on_collapse: "
+                          "rollback, its best checkpoint damaged)", file=sys.stderr, flush=True)
+                return True
             self._load_weights(Path(best))
             self._set_learning_rates()
             self.collapse.restart()

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import random
+import re
+import sys
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -27,6 +29,11 @@ from paw_gym.outputs import (IncompleteOutput, IntegrityError, check_folder, ver
 from training.infra.metrics_log import run_folder
 
 STEP_PREFIX = "step-"
+#: A checkpoint folder's name: ``step-`` and the step, 6 digits or more (``step-000002-backup``
+#: or ``step-000003.damaged-…`` is not one: the user's, or set aside).
+STEP_NAME = re.compile(rf"{STEP_PREFIX}([0-9]{{6,}})")
+#: The patterns of the names a run writes checkpoints at (steps up to 10^12 - 1).
+STEP_PATTERNS = tuple(STEP_PREFIX + "[0-9]" * digits for digits in range(6, 13))
 
 
 def checkpoint_dir(output_dir: str | Path, step: int) -> Path:
@@ -51,10 +58,12 @@ WEIGHT_SETTINGS = ("model", "lora", "lora_r", "lora_target_modules", "sharding",
 
 
 def checkpoints_newest_first(output_dir: str | Path) -> list[Path]:
-    """The complete checkpoints (with a ``state.json``) under ``output_dir``, newest first."""
+    """The complete checkpoints (with a ``state.json``) under ``output_dir``, newest first
+    (only folders named as a run names them: :data:`STEP_NAME`)."""
     root = Path(output_dir) / "checkpoints"
-    return sorted((p for p in root.glob(f"{STEP_PREFIX}*") if (p / "state.json").is_file()),
-                  reverse=True)
+    found = [(int(match[1]), p) for p in root.glob(f"{STEP_PREFIX}*")
+             if (match := STEP_NAME.fullmatch(p.name)) and (p / "state.json").is_file()]
+    return [path for _, path in sorted(found, reverse=True)]
 
 
 def verify_checkpoint(path: str | Path, hashes: bool = True) -> dict[str, Any]:
@@ -121,9 +130,29 @@ def write_json_atomically(path: Path, payload: Any) -> None:
 
 def latest_checkpoint(output_dir: str | Path) -> Path | None:
     """The highest-step complete checkpoint under ``output_dir`` (None if there is none)."""
-    root = Path(output_dir) / "checkpoints"
-    done = sorted(p for p in root.glob(f"{STEP_PREFIX}*") if (p / "state.json").is_file())
-    return done[-1] if done else None
+    done = checkpoints_newest_first(output_dir)
+    return done[0] if done else None
+
+
+def latest_intact_checkpoint(output_dir: str | Path) -> Path | None:
+    """The highest-step checkpoint under ``output_dir`` that :func:`verify_checkpoint` passes
+    (the one ``--resume`` takes; None if there is none)."""
+    for path in checkpoints_newest_first(output_dir):
+        try:
+            verify_checkpoint(path)
+        except (CheckpointError, OSError):
+            continue
+        return path
+    return None
+
+
+def set_aside(output, path: Path) -> Path:
+    """Move the damaged checkpoint ``path`` of the claimed run folder ``output``
+    (:class:`paw_gym.outputs.Output`) aside whole, as ``<name>.damaged-<time>``, before the run
+    writes that step again: nothing in it is deleted (a damaged file is not provably paw-gym's,
+    and its intact files are the evidence), and from then on it is the user's. The caller says
+    so in one line. Returns the new path."""
+    return output.set_aside(path.relative_to(output.folder).as_posix())
 
 
 def resolve_checkpoint(path: str | Path) -> tuple[Path, str | None]:
@@ -149,9 +178,10 @@ def train_writes(config) -> tuple[str, ...]:
     """Where a run of ``config`` writes in its output_dir: the output guard
     (:mod:`paw_gym.outputs`) refuses, before any work, a user's entry there; each file is
     recorded by its own path as it is written."""
-    writes = ["config.yaml", "config.before-step-[0-9]*.yaml", "metrics.jsonl", "curves.png",
-              f"checkpoints/{STEP_PREFIX}[0-9]*/**",
-              f"checkpoints/.{STEP_PREFIX}[0-9]*.partial/**"]
+    writes = ["config.yaml", *(f"config.before-{step}.yaml" for step in STEP_PATTERNS),
+              "metrics.jsonl", "curves.png",
+              *(f"checkpoints/{step}/**" for step in STEP_PATTERNS),
+              *(f"checkpoints/.{step}.partial/**" for step in STEP_PATTERNS)]
     if config.record_replay:
         writes.append("replay/update-[0-9]*.jsonl")
     if config.tensorboard:
@@ -296,4 +326,9 @@ def prune(output, keep: int, also: Sequence[str | Path] = ()) -> None:
     done = checkpoints_newest_first(output.folder)
     for old in done[keep:] if keep > 0 else []:
         if old.name not in kept:
-            output.remove(old.relative_to(output.folder).as_posix())
+            left = output.remove(old.relative_to(output.folder).as_posix())
+            if left:  # a damaged file (no longer provably paw-gym's) or a user's: one line
+                print(f"paw-gym: --keep_checkpoints {keep}: pruned {old.name} but kept "
+                      f"{len(left)} entries in it paw-gym cannot prove it wrote (changed since, "
+                      f"or the user's): {', '.join(map(repr, left[:4]))}; they are the user's "
+                      "now", file=sys.stderr, flush=True)

@@ -1,0 +1,220 @@
+"""Issue 60: a damaged checkpoint a run writes again is set aside whole, never half deleted.
+
+A 2-update run saves step-000001 and step-000002; step-000002 is damaged (each way a user or a
+bad disk damages one: a new file in its place, a truncated JSON, a state.json missing a field
+or with a bad value, a damaged file of rollouts sampled ahead); ``--resume`` falls back to
+step-000001 and saves step-000002 again. Before the fix the resume deleted the damaged
+checkpoint's intact files, then the guard refused the save (exit 2) and every later
+``--resume`` was refused until the user deleted the folder by hand.
+"""
+
+import json
+import os
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+from training.config import TrainConfig  # noqa: E402
+from training.infra.checkpoint import (STEP_PATTERNS, checkpoints_newest_first,  # noqa: E402
+                                       latest_checkpoint, latest_intact_checkpoint,
+                                       train_writes, verify_checkpoint)
+from training.trainer import PaWTrainer  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _config(model_dir, tmp_path, **overrides):
+    values = dict(model=str(model_dir), env_id="Test/GuessNumber-v0", n_groups=1, group_size=2,
+                  max_new_tokens=6, max_episode_steps=2, total_steps=2, lr=1e-3,
+                  mini_batch_size=4, token_budget=1024, output_dir=str(tmp_path / "run"),
+                  progress=False, device="cpu", save_every=1, keep_checkpoints=5)
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """Write ``data`` as a new file at ``path`` (another inode: as an editor or a copy does)."""
+    other = path.with_name(path.name + ".new")
+    other.write_bytes(data)
+    os.replace(other, path)
+
+
+def _flip(folder: Path) -> str:
+    path = folder / "optimizer.safetensors"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 1
+    _replace(path, bytes(data))
+    return "optimizer.safetensors is damaged: its size or sha256"
+
+
+def _truncated_optimizer_json(folder: Path) -> str:
+    _replace(folder / "optimizer.json", (folder / "optimizer.json").read_bytes()[:20])
+    return "optimizer.json is damaged"
+
+
+def _state_without(key: str, value=None):
+    def damage(folder: Path) -> str:
+        state = json.loads((folder / "state.json").read_text())
+        if value is None:
+            del state[key]
+        else:
+            state[key] = value
+        _replace(folder / "state.json", json.dumps(state).encode())
+        return "state.json is damaged"
+    return damage
+
+
+def _damaged_ahead(folder: Path) -> str:
+    _replace(folder / "rollouts-ahead.json", b'{"format": 1, "roll')
+    return "rollouts-ahead.json is missing or damaged"
+
+
+DAMAGES = {"flipped optimizer byte": _flip,
+           "truncated optimizer.json": _truncated_optimizer_json,
+           "state.json missing scheduler": _state_without("scheduler"),
+           "bad collapse value": _state_without("collapse", {"best_rate": "high"}),
+           "damaged rollouts-ahead.json": _damaged_ahead}
+
+
+@pytest.fixture(scope="module")
+def two_updates(tiny_model_dir, tmp_path_factory):
+    """A finished 2-update run (checkpoints 1 and 2), copied by each test that damages it."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    folder = tmp_path_factory.mktemp("two-updates")
+    PaWTrainer(_config(tiny_model_dir, folder)).train()
+    torch.set_num_threads(threads)
+    return folder / "run"
+
+
+def _run(tiny_model_dir, tmp_path, two_updates, **extra) -> Path:
+    """A 2-update run in ``tmp_path / "run"``: a copy of ``two_updates`` (an async run anew)."""
+    if extra:
+        PaWTrainer(_config(tiny_model_dir, tmp_path, **extra)).train()
+    else:
+        shutil.copytree(two_updates, tmp_path / "run", symlinks=True)
+    return tmp_path / "run"
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_a_damaged_newest_checkpoint_is_set_aside_whole_and_the_run_saves_it_again(
+        tiny_model_dir, tmp_path, two_updates, damage, capsys):
+    extra = dict(async_rollouts=True, max_staleness=1) if "ahead" in damage else {}
+    out = _run(tiny_model_dir, tmp_path, two_updates, **extra)
+    newest = out / "checkpoints" / "step-000002"
+    before = sorted(p.relative_to(newest).as_posix() for p in newest.rglob("*"))
+    message = DAMAGES[damage](newest)
+    with pytest.warns(RuntimeWarning, match=message + r".*moved step-000002 aside whole to .*"
+                                            r"step-000002\.damaged-.*resuming from step-000001"):
+        history = PaWTrainer(_config(tiny_model_dir, tmp_path, **extra)).train(resume=True)
+    assert [h["step"] for h in history] == [2]
+    aside = [p for p in (out / "checkpoints").iterdir() if ".damaged-" in p.name]
+    assert len(aside) == 1  # whole: every file it had, the damaged one and the intact ones
+    assert sorted(p.relative_to(aside[0]).as_posix() for p in aside[0].rglob("*")) == before
+    assert verify_checkpoint(newest)["step"] == 2  # saved again, intact
+    assert checkpoints_newest_first(out) == [newest, out / "checkpoints" / "step-000001"]
+    # The next --resume takes the new step-000002, without a word about the damaged one.
+    capsys.readouterr()
+    resumed = PaWTrainer(_config(tiny_model_dir, tmp_path, total_steps=3, **extra))
+    assert [h["step"] for h in resumed.train(resume=True)] == [3]
+    assert "resuming" in capsys.readouterr().err and resumed.resumed_from == newest
+
+
+@pytest.mark.heavy
+def test_a_damaged_checkpoint_met_by_an_explicit_resume_is_set_aside_before_the_save(
+        tiny_model_dir, tmp_path, two_updates, capsys):
+    """``--resume step-000001`` with a damaged step-000002 there: the run saves step 2 again,
+    so the damaged one is moved aside whole (one line) rather than half deleted and refused."""
+    out = _run(tiny_model_dir, tmp_path, two_updates)
+    _flip(out / "checkpoints" / "step-000002")
+    assert latest_intact_checkpoint(out) == out / "checkpoints" / "step-000001"
+    capsys.readouterr()
+    PaWTrainer(_config(tiny_model_dir, tmp_path)).train(
+        resume=out / "checkpoints" / "step-000001")
+    err = capsys.readouterr().err
+    assert "optimizer.safetensors" in err and "moved it aside whole to" in err
+    aside = next(p for p in (out / "checkpoints").iterdir() if ".damaged-" in p.name)
+    assert (aside / "optimizer.safetensors").is_file() and (aside / "model").is_dir()
+    assert verify_checkpoint(latest_checkpoint(out))["step"] == 2
+
+
+def test_a_users_folder_named_like_a_checkpoint_is_not_in_the_way(tmp_path):
+    """``checkpoints/step-000002-backup/`` and ``step-000003.damaged-…`` are not names a run
+    writes: not in the way of a resume, never taken for a checkpoint."""
+    from paw_gym.outputs import _in_the_way
+
+    config = TrainConfig(model="x", env_id="PaW/Shelf-v0", output_dir=str(tmp_path / "run"))
+    writes = train_writes(config)
+    for name in ("checkpoints/step-000002-backup/", "checkpoints/step-000002-backup/state.json",
+                 "checkpoints/step-000003.damaged-20261129-101121/", "config.before-step-1x.yaml"):
+        assert not _in_the_way(name, writes), name
+    for name in ("checkpoints/step-000002/", "checkpoints/step-000002/state.json",
+                 "checkpoints/step-1234567/model/config.json",
+                 "checkpoints/.step-000002.partial/", "config.before-step-000002.yaml"):
+        assert _in_the_way(name, writes), name
+    assert len(STEP_PATTERNS) >= 6
+    for name in ("step-000002-backup", "step-000003.damaged-1", "step-000001"):
+        (tmp_path / "run" / "checkpoints" / name).mkdir(parents=True)
+        (tmp_path / "run" / "checkpoints" / name / "state.json").write_text("{}")
+    assert [p.name for p in checkpoints_newest_first(tmp_path / "run")] == ["step-000001"]
+
+
+def test_a_users_backup_folder_does_not_block_resume(tmp_path):
+    """Through the guard's own check, as ``train --resume`` runs it before any work."""
+    from paw_gym.outputs import check_folder, claim_folder
+
+    out = tmp_path / "run"
+    config = TrainConfig(model="x", env_id="PaW/Shelf-v0", output_dir=str(out))
+    with claim_folder(out, "train", False, writes=train_writes(config)) as claim:
+        with claim.staged("checkpoints/step-000002") as folder:
+            (folder / "state.json").write_text("{}")
+    backup = out / "checkpoints" / "step-000002-backup"
+    backup.mkdir()
+    (backup / "state.json").write_text("{}")
+    check_folder(out, "train", False, writes=train_writes(config), resume=True)
+
+
+@pytest.mark.heavy
+def test_pruning_a_checkpoint_with_a_damaged_file_says_what_it_kept(tiny_model_dir, tmp_path,
+                                                                    two_updates, capsys):
+    """``--keep_checkpoints 1`` prunes step-000001, whose rng file was replaced: the intact
+    files go, the damaged one stays (not provably paw-gym's) and one line names it."""
+    out = _run(tiny_model_dir, tmp_path, two_updates)
+    first = out / "checkpoints" / "step-000001"
+    _replace(first / "rng.safetensors", b"not the saved state")
+    capsys.readouterr()
+    PaWTrainer(_config(tiny_model_dir, tmp_path, total_steps=3, keep_checkpoints=1)).train(
+        resume=True)
+    err = capsys.readouterr().err
+    assert "--keep_checkpoints 1: pruned step-000001 but kept 1 entries" in err
+    assert "'checkpoints/step-000001/rng.safetensors'" in err
+    assert (first / "rng.safetensors").read_bytes() == b"not the saved state"
+    assert not (first / "state.json").exists()
+    assert [p.name for p in checkpoints_newest_first(out)] == ["step-000003"]
+
+
+@pytest.mark.heavy
+def test_a_rollback_to_a_damaged_best_checkpoint_stops_the_run_in_one_line(
+        tiny_model_dir, tmp_path, two_updates, capsys):
+    """on_collapse rollback, its best checkpoint damaged since: the run stops (as
+    on_collapse stop does), saying why, rather than ending in an error mid-run."""
+    out = _run(tiny_model_dir, tmp_path, two_updates)
+    best = out / "checkpoints" / "step-000001"
+    _flip(best)
+    trainer = PaWTrainer(_config(tiny_model_dir, tmp_path, on_collapse="rollback"))
+    trainer._last_batch = SimpleNamespace(trajectories=[])
+    trainer.collapse.observe = lambda *args, **kwargs: True
+    trainer.collapse.best_checkpoint, trainer.collapse.failing = str(best), [1, 2]
+    capsys.readouterr()
+    assert trainer._watch_collapse({"success": 0.0}) is True  # the run stops
+    err = capsys.readouterr().err
+    assert "cannot roll back: " in err and "optimizer.safetensors is damaged" in err
+    assert (best / "optimizer.safetensors").is_file()  # left as it is
