@@ -11,8 +11,10 @@ which returns an :class:`Output`:
   (:func:`seal`; :func:`write_text_atomically` and :meth:`Output.staged` do both). Folders
   paw-gym made, outputs nested in this one (a claim inside the claimed folder) and the staging
   folders of saves in progress are recorded by path too.
-* **Proof.** ``--overwrite true`` removes a file only if the manifest records it and its size
-  and sha256 still match the record (sizes are compared first); an interrupted save's hidden
+* **Proof.** ``--overwrite true`` removes a file only if the manifest records it, it lies
+  where the command itself writes (its ``writes``, or inside a folder it writes into: a record
+  of any other name proves nothing) and its size and sha256 still match the record (sizes are
+  compared first); an interrupted save's hidden
   staging folder goes whole only when its inode is the one recorded when paw-gym made it.
   Everything else is the user's: kept, and named in one line (a recorded file that changed
   since is named as such). ``--resume`` (a run continuing, pruning or saving again its own
@@ -20,8 +22,10 @@ which returns an :class:`Output`:
   damaged checkpoint or the shard it was writing when it was killed. A symlink is never
   followed and never paw-gym's.
 * **The manifest is data from disk**: an absolute path, ``..``, an empty or control-character
-  path, a malformed size or digest, an unknown key is ignored; names from it are printed with
-  control characters escaped. The lock and the manifest are opened with ``O_NOFOLLOW``: a
+  path, a malformed size or digest, an unknown key is ignored; a manifest that cannot be read
+  or a file record not believed is said in one line (:func:`read_manifest`, once per process),
+  and the files it covered are then the user's (kept, their weights not checked on load);
+  names from it are printed with control characters escaped. The lock and the manifest are opened with ``O_NOFOLLOW``: a
   symlink (or anything but a plain file) there is refused in one line.
 * **In the way.** Before any work, a claim refuses a user's entry where the command will write
   (its ``writes``: literal names and patterns, used only to refuse, never to delete): a file
@@ -465,10 +469,18 @@ def claim_folder(folder: str | Path, command: str, overwrite: bool, flag: str = 
         output.manifest[key] = list(earlier.get(key, []))
     output._save()
     if overwrite and not resume:
+        # A record is proof only where this command writes: a manifest's record of any other
+        # name (a user's notes.txt with its exact digest) removes nothing.
+        elsewhere = {path.relative_to(folder).as_posix(): path for path in survey.files
+                     if not _written(path.relative_to(folder).as_posix(), writes)}
+        survey.files = [path for path in survey.files if path not in elsewhere.values()]
+        survey.kept += [name for name, path in elsewhere.items() if path.name not in OWN_FILES]
         removed = _remove(survey)
         if survey.kept:
             shown = [_printable(name) + (" (changed since paw-gym wrote it)"
-                                         if name in survey.changed else "")
+                                         if name in survey.changed else
+                                         f" (not where `paw-gym {command}` writes)"
+                                         if name in elsewhere else "")
                      for name in survey.kept[:8]]
             print(f"{flag} {str(folder)!r}: removed {removed} files an earlier paw-gym command "
                   f"wrote; kept {len(survey.kept)} entries it did not write: {', '.join(shown)}"
@@ -544,16 +556,42 @@ def read_manifest(folder: str | Path) -> dict:
     try:
         manifest = sanitize_manifest(json.loads(text)) if text is not None else {}
     except ValueError:
+        manifest = {}
+    if not manifest and _lstat(Path(folder) / MARKER) is not None:
+        _say(Path(folder) / MARKER, "cannot be read (not a plain file of JSON within "
+             f"{MAX_MANIFEST_BYTES >> 20} MiB)")
         return {}
     if manifest:
         for line in (_read_own_file(Path(folder) / JOURNAL) or "").splitlines():
             try:  # a torn last line (a killed append) is skipped
-                operation = _sanitize_operation(json.loads(line))
+                raw = json.loads(line)
             except ValueError:
                 continue
+            operation = _sanitize_operation(raw)
             if operation:
                 _apply(manifest, operation)
+            elif isinstance(raw, list) and raw[:1] == ["file"] and len(raw) > 1:
+                manifest["ignored"].append(raw[1])
+        if manifest["ignored"]:
+            names = ", ".join(repr(_printable(name))[:80] for name in manifest["ignored"][:4])
+            _say(Path(folder) / MARKER, f"has {len(manifest['ignored'])} file record(s) "
+                 f"paw-gym cannot believe (a malformed path, size or sha256: {names}"
+                 f"{' …' if len(manifest['ignored']) > 4 else ''})")
     return manifest
+
+
+#: The manifests already said to be unreadable or malformed by this process (said once).
+_SAID: set[tuple[str, str]] = set()
+
+
+def _say(manifest: Path, problem: str) -> None:
+    """One line: the manifest ``manifest`` has ``problem``, so the files it does not prove
+    are the user's (never removed, their weights not checked)."""
+    if (str(manifest), problem) not in _SAID:
+        _SAID.add((str(manifest), problem))
+        print(f"paw-gym: {_printable(manifest)} {problem}; the files it does not prove are "
+              "treated as the user's: --overwrite keeps them and a load does not check their "
+              "sha256", file=sys.stderr, flush=True)
 
 
 def _read_own_file(path: Path) -> str | None:
@@ -590,12 +628,18 @@ def sanitize_manifest(raw: Any) -> dict:
             isinstance(a, str) for a in raw["argv"]) else [],
         "pid": raw["pid"] if isinstance(raw.get("pid"), int) else None,
         "complete": raw.get("complete", True) is True,
-        "files": {}, "folders": [], "nested": [], "staging": {}}
+        "files": {}, "folders": [], "nested": [], "staging": {}, "ignored": []}
     files = raw.get("files") if manifest["format"] == FORMAT else raw.get("sha256")
-    for name, record in (files.items() if isinstance(files, dict) else ()):
-        record = _file_record(record)
+    for name, raw_record in (files.items() if isinstance(files, dict) else ()):
+        record = _file_record(raw_record)
         if _safe_name(name) and record:
             manifest["files"][name] = record
+        # Not believed: said (read_manifest), its file the user's. A record whose digest is
+        # malformed but whose inode is not would pass without its hash check.
+        if not (_safe_name(name) and record) or isinstance(raw_record, dict) and (
+                "size" in raw_record or "sha256" in raw_record) and "sha256" not in record:
+            manifest["files"].pop(name, None)
+            manifest["ignored"].append(name)
     for key in ("folders", "nested"):
         values = raw.get(key)
         manifest[key] = [n for n in values if _safe_name(n)] if isinstance(values, list) else []
@@ -1012,6 +1056,14 @@ def _in_the_way(entry: str, writes: Sequence[str]) -> bool:
         if not entry.endswith("/") and _matches(parts, literal, prefix=True):
             return True
     return False
+
+
+def _written(name: str, writes: Sequence[str]) -> bool:
+    """Whether the file ``name`` lies where ``writes`` go: at a written path or pattern, or
+    inside a folder written into (a pattern ending in ``/``: the output nested there)."""
+    parts = _parts(name)
+    return any(_matches(parts, _parts(write) + (("**",) if write.endswith("/") else ()))
+               for write in writes)
 
 
 def _matches(parts: tuple[str, ...], pattern: tuple[str, ...], prefix: bool = False) -> bool:

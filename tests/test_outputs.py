@@ -121,7 +121,7 @@ def test_a_recorded_file_changed_since_is_kept_and_named(tmp_path, capsys):
         write_text_atomically(out / "metrics.jsonl", '{"step": 1}\n')
         write_text_atomically(out / "results.md", "paw-gym's table\n")
     (out / "metrics.jsonl").write_text('{"step": 1}\nthe user appended a note\n')
-    claim_folder(out, "train", overwrite=True).release()
+    claim_folder(out, "train", overwrite=True, writes=("results.md",)).release()
     assert (out / "metrics.jsonl").read_text().endswith("the user appended a note\n")
     assert not (out / "results.md").exists()
     assert "kept 1 entries it did not write: metrics.jsonl (changed since paw-gym wrote it)" \
@@ -226,7 +226,7 @@ def test_a_hand_edited_manifest_is_data_not_orders(tmp_path, capsys):
     with pytest.raises(IncompleteOutput) as refused:
         verify_output(out)
     assert "\x1b" not in str(refused.value) and "\\x1b[31mred" in str(refused.value)
-    claim_folder(out, "sft", overwrite=True, writes=("other/**",)).release()
+    claim_folder(out, "sft", overwrite=True, writes=MODEL_FILES).release()
     for name, data in users.items():
         assert (out / name).read_bytes() == data
     assert (tmp_path / "outside.txt").read_text() == "the user's, beside the folder"
