@@ -20,6 +20,11 @@ GUESS_ID = "Test/GuessNumber-v0"
 if GUESS_ID not in gym.registry:
     paw_gym.register_text_env(GUESS_ID, "tests.envs:GuessNumberEnv", max_episode_steps=6,
                               description="guess a hidden number (test env)")
+RESET_TOKEN_ID = "Test/ResetToken-v0"
+if RESET_TOKEN_ID not in gym.registry:
+    paw_gym.register_text_env(RESET_TOKEN_ID, "tests.envs:ResetTokenEnv", max_episode_steps=3,
+                              description="open a door whose reset text holds a unique word "
+                                          "(test env)")
 
 
 def replay_record_key(record: dict) -> tuple:

@@ -56,3 +56,30 @@ class CatalogCodeEnv(TextEnv):
             return self._last_observation, 0.0, False, {"invalid_action": True}
         won = action == "buy"
         return f"You chose {action} for {self.code}.", 10.0 * won, True, {"won": won}
+
+
+#: The reset text of :class:`ResetTokenEnv`: a word no template, task description, action or
+#: later observation holds, so a prompt that shows it was built from the reset observation.
+RESET_TOKEN = "quagga7341"
+
+
+class ResetTokenEnv(TextEnv):
+    """A door to open. Its reset observation alone holds :data:`RESET_TOKEN` (its task
+    description does not): the test of every rollout path's first prompt."""
+
+    task_type = "door"
+
+    def _reset(self, options):
+        return (f"A door marked {RESET_TOKEN} stands before you.", self.make_info(
+            task_id="door", task_description="open the door",
+            admissible_actions=["open door", "wait"]))
+
+    def _step(self, action):
+        if action == "open door":
+            return "The door opens.", 10.0, True, {"won": True}
+        if action == "wait":
+            return "Nothing happens.", 0.0, False, {}
+        return "Nothing happens.", 0.0, False, {"invalid_action": True}
+
+    def _expert_action(self) -> str:
+        return "open door"

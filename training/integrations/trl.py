@@ -17,7 +17,8 @@ trainer) and an :class:`agents.transcript.TranscriptAgent`, which acts on the gr
 and keeps the generated ids as they were sampled. It returns the ids, the sampling log-probs,
 ``env_mask`` (1 on generated tokens: TRL's loss sees only those) and the episode's return,
 which :func:`env_return` hands to TRL as the reward. Each dataset row carries its task seed
-(:func:`task_dataset`), so the rollout plays that task.
+and its env (:func:`task_dataset`), so the rollout plays that task; a row of an unknown or
+another env is refused before the model loads (:func:`check_dataset_rows`).
 
 **The PaW term.** :class:`PaWGRPOTrainer` adds, to TRL's GRPO loss,
 
@@ -71,6 +72,8 @@ from training.rl.rollout_batch import entropy_score, lambda_return, lambdas_of_r
 
 #: The key of a prompt message that names the task (:func:`task_dataset`).
 TASK_SEED = "task_seed"
+#: The key of a prompt message that names the env the task is of (:func:`task_dataset`).
+TASK_ENV = "env_id"
 
 
 @dataclass
@@ -102,11 +105,11 @@ class EnvSettings(CheckedConfig):
 def task_dataset(env_id: str, task_seeds: Iterable[int], *, template: str = TRANSCRIPT_TEMPLATE,
                  **env_kwargs: Any):
     """A ``datasets.Dataset`` with one conversational prompt per task: the env's first prompt
-    as the user message, which also carries the task's reset seed (``task_seed``) for
-    :class:`EnvRollout` (a ``rollout_func`` sees only the prompt), and a ``task_seed`` column
-    for :class:`EnvTools` (TRL resets an environment with the row). ``env_kwargs`` go to
-    ``gym.make`` (e.g. ``split="train"``). Checked as :class:`EnvSettings`, and each seed an
-    integer in [0, 2**32), before any env is built."""
+    as the user message, which also carries the task's reset seed (``task_seed``) and the env
+    (``env_id``) for :class:`EnvRollout` (a ``rollout_func`` sees only the prompt), and
+    ``task_seed`` and ``env_id`` columns for :class:`EnvTools` (TRL resets an environment with
+    the row). ``env_kwargs`` go to ``gym.make`` (e.g. ``split="train"``). Checked as
+    :class:`EnvSettings`, and each seed an integer in [0, 2**32), before any env is built."""
     from datasets import Dataset
 
     from agents.envs import make_agent_env
@@ -125,8 +128,9 @@ def task_dataset(env_id: str, task_seeds: Iterable[int], *, template: str = TRAN
     try:
         for seed in task_seeds:
             prompt, _ = env.reset(seed=int(seed))
-            rows.append({"prompt": [{"role": "user", "content": prompt, TASK_SEED: int(seed)}],
-                         TASK_SEED: int(seed)})
+            rows.append({"prompt": [{"role": "user", "content": prompt, TASK_SEED: int(seed),
+                                     TASK_ENV: env_id}],
+                         TASK_SEED: int(seed), TASK_ENV: env_id})
     finally:
         env.close()
     return Dataset.from_list(rows)
@@ -183,7 +187,8 @@ class EnvRollout:
         from agents.hf_policy import HFPolicy
         from agents.rollout import rollout
 
-        seeds = [task_seed(prompt) for prompt in prompts]
+        seeds = [row_task_seed(prompt, self.env_id, f"prompt {index}")
+                 for index, prompt in enumerate(prompts)]
         model = trainer.accelerator.unwrap_model(trainer.model)
         policy = HFPolicy(model, trainer.processing_class, device=model.device)
         agent = TranscriptAgent(policy)
@@ -224,6 +229,7 @@ class EnvTools:
         from wrappers import HistoryPrompt
 
         EnvSettings(env_id, env_kwargs or {}, max_steps, template=template)
+        self.env_id = env_id
         self.env = HistoryPrompt(gym.make(env_id, **(env_kwargs or {})), template=template,
                                  history_length=0)
         self.max_steps = max_steps
@@ -236,6 +242,7 @@ class EnvTools:
         if TASK_SEED not in row:
             raise ValueError(f"EnvTools plays rows made by task_dataset (they carry "
                              f"{TASK_SEED!r}); got the columns {sorted(row)}")
+        check_row_env(row.get(TASK_ENV), self.env_id, "the row")
         self.task_seed = int(row[TASK_SEED])
         self.env.reset(seed=self.task_seed)
         self.steps, self.total_reward, self.done = 0, 0.0, False
@@ -281,6 +288,55 @@ def task_seed(prompt: Any) -> int:
         raise ValueError(f"EnvRollout plays prompts made by task_dataset (their user message "
                          f"carries {TASK_SEED!r}); got {str(prompt)[:200]!r}")
     return int(message[TASK_SEED])
+
+
+def row_task_seed(prompt: Any, env_id: str, where: str) -> int:
+    """The task seed of a :func:`task_dataset` prompt that an env ``env_id`` plays: a
+    ``ValueError`` naming ``where`` when the prompt carries no seed, or names an env that is
+    not registered or is not ``env_id`` (its seed would start another env's task)."""
+    try:
+        seed = task_seed(prompt)
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
+    check_row_env(prompt[-1].get(TASK_ENV), env_id, where)
+    return seed
+
+
+def check_row_env(row_env: Any, env_id: str, where: str) -> None:
+    """A ``ValueError`` naming ``where`` when a row's env (``None``: a row that names none,
+    taken as ``env_id``'s) is not registered, or is not ``env_id``."""
+    from paw_gym.registration import check_env_id
+
+    if row_env is None or row_env == env_id:
+        return
+    if not isinstance(row_env, str):
+        raise ValueError(f"{where}: {TASK_ENV}={row_env!r} is invalid; expected an env id")
+    try:
+        check_env_id(row_env)
+    except ValueError as error:
+        raise ValueError(f"{where}: {TASK_ENV}: {error}") from None
+    raise ValueError(f"{where} is a task of {row_env} (task_dataset({row_env!r}, ...)), but this "
+                     f"rollout plays {env_id}: its task seed would start another env's task; "
+                     f"make the dataset with task_dataset({env_id!r}, ...)")
+
+
+def check_dataset_rows(dataset: Any, env_id: str, name: str) -> None:
+    """Every prompt of ``dataset`` (a ``datasets.Dataset``, a mapping of them, or None) carries
+    a task seed of ``env_id``'s (:func:`row_task_seed`); checked before the trainer loads its
+    model. A dataset that cannot be read ahead (an ``IterableDataset``) is checked as it
+    plays."""
+    if isinstance(dataset, dict):
+        for key, part in dataset.items():
+            check_dataset_rows(part, env_id, f"{name}[{key!r}]")
+        return
+    if dataset is None or not hasattr(dataset, "column_names") or \
+            not hasattr(dataset, "__len__"):
+        return
+    if "prompt" not in dataset.column_names:
+        raise ValueError(f"{name} has no 'prompt' column (its columns: "
+                         f"{sorted(dataset.column_names)}); make it with task_dataset")
+    for index, prompt in enumerate(dataset["prompt"]):
+        row_task_seed(prompt, env_id, f"{name} row {index}")
 
 
 #: PaWGRPOConfig's ranges: those TrainConfig's own fields declare.
@@ -361,6 +417,8 @@ class PaWGRPOTrainer(GRPOTrainer):
             raise TypeError(f"env must be an EnvRollout, got {type(env).__name__}")
         if args is not None and not isinstance(args, PaWGRPOConfig):
             raise TypeError(f"args must be a PaWGRPOConfig, got {type(args).__name__}")
+        for name in ("train_dataset", "eval_dataset"):  # before the model loads
+            check_dataset_rows(kwargs.get(name), env.env_id, name)
         if isinstance(model, (str, Path)):  # before TRL loads it or asks the hub
             model = check_model(model)  # an offline model's name: its folder
         super().__init__(model=model, reward_funcs=reward_funcs or [env_return], args=args,
