@@ -87,8 +87,9 @@ COMPACT_EVERY = 1000
 MODEL_FILES = ("config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json",
                "tokenizer*", "special_tokens_map.json", "added_tokens.json", "vocab.json",
                "merges.txt", "chat_template.jinja", "adapter_config.json", "README.md")
-#: Weight files: a load checks their size and sha256 against the manifest.
-WEIGHT_SUFFIXES = (".safetensors", ".bin")
+#: Weight files: a load checks their size and sha256 against the manifest (``.distcp``: an
+#: FSDP checkpoint's shards, whose reader does not notice a flipped byte in their data).
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".distcp")
 #: The manifest's format: 2 records literal paths with digests (1 recorded patterns: only its
 #: literal ``sha256`` entries are believed).
 FORMAT = 2

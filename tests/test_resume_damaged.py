@@ -11,6 +11,8 @@ checkpoint's intact files, then the guard refused the save (exit 2) and every la
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -218,3 +220,39 @@ def test_a_rollback_to_a_damaged_best_checkpoint_stops_the_run_in_one_line(
     err = capsys.readouterr().err
     assert "cannot roll back: " in err and "optimizer.safetensors is damaged" in err
     assert (best / "optimizer.safetensors").is_file()  # left as it is
+
+
+@pytest.mark.heavy
+def test_a_damaged_fsdp_shard_is_caught_and_its_checkpoint_set_aside(tiny_model_dir, tmp_path):
+    """``sharding: fsdp`` (one process: a world of one, the sharded path): a flipped byte in
+    step-000002's shard file, written as a new file. Before, the reader loaded it silently (a
+    shard's data is not checked by DCP) and nothing was set aside; now its sha256 is checked,
+    the checkpoint moved aside whole and step 2 saved again."""
+    import yaml
+
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(dict(
+        model=str(tiny_model_dir), env_id="PaW/Shelf-v0", n_groups=1, group_size=2,
+        max_new_tokens=4, max_episode_steps=2, total_steps=2, lora=False, lr=1e-4,
+        dtype="float32", sharding="fsdp", device="cpu", progress=False, save_every=1,
+        keep_checkpoints=5)))
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo)}
+    train = [sys.executable, "-m", "training.cli", "train", "--config", str(config),
+             "--output_dir", str(tmp_path / "run")]
+    done = subprocess.run(train, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    shard = next((tmp_path / "run" / "checkpoints" / "step-000002" / "sharded").glob("*.distcp"))
+    data = bytearray(shard.read_bytes())
+    data[-100] ^= 1  # in a tensor's data
+    _replace(shard, bytes(data))
+    done = subprocess.run([*train, "--resume"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"{shard.name} is damaged: its size or sha256" in done.stderr
+    assert "moved step-000002 aside whole" in done.stderr and "resuming from step-000001" in \
+        done.stderr
+    aside = next(p for p in (tmp_path / "run" / "checkpoints").iterdir() if ".damaged-" in p.name)
+    assert (aside / "sharded" / shard.name).read_bytes() == bytes(data)
+    assert verify_checkpoint(tmp_path / "run" / "checkpoints" / "step-000002")["step"] == 2
