@@ -705,6 +705,27 @@ def issue_50_cases(base: str) -> list[Case]:
               ("sft", "--record_env of", _alfworld_with_code("sft")),
               ("train-wm", "--record_env of", _alfworld_with_code("train-wm")),
               ("alfworld", "gym.make of", api(_alfworld_with_code(None)))]],
+        # -- issue 60: a damaged checkpoint the run writes again; records believed too far --
+        *[Case("resume", f"{what}, written as a new file, in the newest checkpoint (60)",
+               _resume(_as_new_file(name, change)), "moved step-000002 aside whole",
+               fallback=True)
+          for what, name, change in [
+              ("a flipped optimizer byte", "optimizer.safetensors", _flipped),
+              ("a truncated optimizer.json", "optimizer.json", lambda data: data[:20]),
+              ("a state.json missing a field", "state.json", _state_edit("scheduler", None)),
+              ("a state.json with a bad collapse value", "state.json",
+               _state_edit("collapse", {"best_rate": "high"}))]],
+        Case("resume", "a user's checkpoints/step-000002-backup/ (60)", _resume_beside_backup,
+             "from step-000002", fallback=True,
+             keeps=("run/checkpoints/step-000002-backup/notes.txt",)),
+        Case("outputs", "a manifest record of the user's notes with their exact digest (60)",
+             api(_forged_record), "not where `paw-gym sft` writes", fallback=True,
+             keeps=("sft/mynotes.txt",)),
+        *[Case("eval", f"{what} and a flipped weight byte (60)",
+               _eval_model(_believed_no_more(edit)), words, fallback=True)
+          for what, edit, words in [
+              ("an unreadable manifest", None, "cannot be read"),
+              ("a weight record with size 'abc'", {"size": "abc"}, "cannot believe")]],
     ]
 
 
@@ -799,6 +820,80 @@ def _flip_a_byte(pattern: str) -> Callable[[Path], None]:
         data[len(data) // 2] ^= 1  # in the tensor data: the header stays valid
         path.write_bytes(bytes(data))
     return damage
+
+
+def _as_new_file(pattern: str, change: Callable[[bytes], bytes]) -> Callable[[Path], None]:
+    """A checkpoint's file changed as an editor or a copy changes it: a new file (inode) in
+    its place."""
+    def damage(folder: Path) -> None:
+        import os
+
+        path = next(folder.glob(pattern))
+        other = path.with_name(path.name + ".new")
+        other.write_bytes(change(path.read_bytes()))
+        os.replace(other, path)
+    return damage
+
+
+def _flipped(data: bytes) -> bytes:
+    changed = bytearray(data)
+    changed[len(changed) // 2] ^= 1
+    return bytes(changed)
+
+
+def _state_edit(key: str, value: Any) -> Callable[[bytes], bytes]:
+    """state.json without ``key`` (``value`` None) or with ``value`` there."""
+    def change(data: bytes) -> bytes:
+        state = json.loads(data)
+        state.pop(key) if value is None else state.update({key: value})
+        return json.dumps(state).encode()
+    return change
+
+
+def _resume_beside_backup(work: Path) -> int:
+    """``--resume`` with the user's copy of a checkpoint beside it, named like one."""
+    import shutil
+
+    out = _checkpoint_with(work, lambda checkpoint: None)
+    backup = out / "checkpoints" / "step-000002-backup"
+    shutil.copytree(out / "checkpoints" / "step-000002", backup)
+    write("run/checkpoints/step-000002-backup/notes.txt", "the user's notes")(work)
+    return cli("train", "--config", str(out / "config.yaml"), "--total_steps", "3",
+               "--resume")(work)
+
+
+def _forged_record(work: Path) -> None:
+    """A manifest recording the user's notes with their exact size and sha256 (hand-edited
+    or copied): ``sft --overwrite true`` must not take it for its own."""
+    import hashlib
+
+    from paw_gym.outputs import MODEL_FILES, claim_folder
+
+    out = _model_output(work, finish=True)
+    notes = write("sft/mynotes.txt", "the user's notes")(work).read_bytes()
+    manifest = json.loads((out / ".paw-gym-output.json").read_text())
+    manifest["files"]["mynotes.txt"] = {"size": len(notes),
+                                        "sha256": hashlib.sha256(notes).hexdigest()}
+    (out / ".paw-gym-output.json").write_text(json.dumps(manifest))
+    claim_folder(out, "sft", True, writes=MODEL_FILES).release()
+
+
+def _believed_no_more(edit: dict | None) -> Callable[[Path], Path]:
+    """A saved model whose manifest is unreadable (``edit`` None) or whose weight record has
+    ``edit`` in it, then a flipped weight byte: the hash check cannot run, and says so."""
+    def make(work: Path) -> Path:
+        out = _model_output(work, finish=True)
+        marker = out / ".paw-gym-output.json"
+        if edit is None:
+            marker.write_bytes(b"\xff{not json")
+        else:
+            manifest = json.loads(marker.read_text())
+            next(record for name, record in manifest["files"].items()
+                 if name.endswith(".safetensors")).update(edit)
+            marker.write_text(json.dumps(manifest))
+        _flip_a_byte("*.safetensors")(out)
+        return out
+    return make
 
 
 def _eval_model(make: Callable[[Path], Path]) -> Callable[[Path], int]:
