@@ -36,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -234,6 +235,49 @@ def check_model(model: str | Path) -> str:
         raise PreflightError(str(error)) from None
 
 
+def model_context(source: str | Path | None) -> int | None:
+    """The context length (``max_position_embeddings``) the model at ``source`` declares in
+    its ``config.json``: a model folder, a checkpoint (its ``model/``), or a LoRA adapter (its
+    base model's); a hub id or offline name from the cache. None where it cannot be read here
+    (the load says it then). No weight is read."""
+    import json
+
+    from agents.model_sources import resolve_model
+
+    if source is None:
+        return None
+    try:
+        folder = Path(resolve_model(str(source)))
+    except (OSError, ValueError):
+        return None
+    for _ in range(3):  # a checkpoint's model/, an adapter's base: a few hops at most
+        if (folder / "model").is_dir() and not (folder / "config.json").is_file():
+            folder = folder / "model"
+        try:
+            if (folder / "config.json").is_file():
+                value = json.loads((folder / "config.json").read_text(encoding="utf-8")).get(
+                    "max_position_embeddings")
+                return value if isinstance(value, int) and value > 0 else None
+            base = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8")).get(
+                "base_model_name_or_path")
+            folder = Path(resolve_model(str(base)))
+        except (OSError, ValueError, TypeError, AttributeError):
+            return None
+    return None
+
+
+def check_context(source: str | Path | None, max_new_tokens: int,
+                  max_prompt_len: int | None = None, flag: str = "--max_new_tokens") -> None:
+    """``max_new_tokens`` leaves room for a prompt in the context of the model at ``source``
+    (:func:`model_context`, before any weight loads; with ``max_prompt_len`` the sampler's
+    context is their sum: always room)."""
+    context = None if max_prompt_len is not None else model_context(source)
+    if context is not None and max_new_tokens >= context:
+        raise PreflightError(f"{flag} {max_new_tokens} leaves no room for the prompt in the "
+                             f"{context}-token context of {str(source)!r}; give at most "
+                             f"{context - 1} (or fewer, so the prompts fit)")
+
+
 def check_lora_targets(config) -> None:
     """With ``lora``, every ``lora_target_modules`` name is a layer of the model LoRA can wrap
     (read from its config on the meta device: no weight is read); a model whose config cannot
@@ -253,6 +297,10 @@ def check_lora_targets(config) -> None:
 
 def check_writable(folder: str | Path, name: str = "output_dir") -> None:
     """``folder`` can be created and written (not a read-only disk, no file in the way)."""
+    if os.path.lexists(folder) and not Path(folder).is_dir():  # mkdir would say "File exists"
+        what = "a symlink that leads to no folder (a loop, or a missing target)" \
+            if Path(folder).is_symlink() else "not a folder"
+        raise PreflightError(f"{name} {str(folder)!r} is {what}; give a folder")
     try:
         Path(folder).mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder):
@@ -292,5 +340,7 @@ def preflight(config, *, resume: bool | str | Path = False, world_size: int = 1,
     if model:
         check_model(config.model)
         check_lora_targets(config)
+        check_context(config.init_checkpoint or config.model, config.max_new_tokens,
+                      config.max_prompt_len)
     if outputs:  # last: it creates the folder, which no refused run should leave behind
         check_writable(config.output_dir)

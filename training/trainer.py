@@ -26,7 +26,7 @@ from training.infra.collapse import CollapseWatch
 from training.infra import distributed
 from training.infra.seeding import seed_everything
 from training.infra.metrics_log import MetricsLogger
-from training.infra.numerics import machine
+from training.infra.numerics import machine, mode_in_effect
 from training.infra.plots import plot_curves
 from training.models import (Reference, ValueModel, build_policy, build_vllm_policy,
                              trainable_parameters)
@@ -170,6 +170,7 @@ class PaWTrainer:
         self._own_trajectories = range(0)  # this rank's rollout within _last_batch
         self.resumed_from: Path | None = None
         self.resumed_config: dict[str, Any] | None = None
+        self.resumed_machine: dict[str, Any] | None = None
         self._async: AsyncRollouts | None = None  # async_rollouts' worker, from the 1st step
         self.output: Output | None = None  # output_dir, claimed by rank 0 in train()
         self._restored_rollouts: list[Rollout] = []  # sampled ahead, from a checkpoint
@@ -384,6 +385,12 @@ class PaWTrainer:
         config = self.config
         print(f"resuming {out} from {self.resumed_from.name}: step {self.step} of "
               f"{config.total_steps}", file=sys.stderr, flush=True)
+        saved_mode = (self.resumed_machine or {}).get("numerics")
+        if isinstance(saved_mode, str) and saved_mode != mode_in_effect():
+            print(f"warning: {self.resumed_from.name} was computed in {saved_mode!r} numerics "
+                  f"mode and this run computes in {mode_in_effect()!r} (PAW_GYM_NUMERICS): it "
+                  "continues, but its numbers from here are not those the run would have "
+                  f"made in {saved_mode!r}", file=sys.stderr, flush=True)
         recorded = self.resumed_config or {}
         current = asdict(config)
         changed = {k: (recorded[k], current[k]) for k in sorted(current)
@@ -1004,6 +1011,8 @@ class PaWTrainer:
         self.skipped_updates = int(state.get("skipped_updates", 0))
         self.collapse = CollapseWatch.from_state(state.get("collapse", {}))
         self.resumed_from, self.resumed_config = path, state.get("config")
+        self.resumed_machine = state.get("machine") if isinstance(state.get("machine"), dict) \
+            else None
 
     def _load_weights(self, path: Path) -> None:
         """The weights and optimizer state (and the critic's) of the checkpoint ``path``."""

@@ -203,6 +203,11 @@ class WMReplay:
         if root.is_dir():
             _remove_orphan_parquet_files(root)
         files = [root] if root.is_file() else sorted(root.glob("*.jsonl")) + sorted(root.glob("*.parquet"))
+        for file in files:  # open() of a folder or a dangling link would be a bare OSError
+            if not file.is_file():
+                raise ValueError(f"{str(file)!r} in the replay {str(root)!r} is not a file (a "
+                                 "folder, or a symlink to nothing); a replay's shards are "
+                                 "files: move it out of the replay")
         replay = cls()
         for file in files:
             if file.name.endswith(".pending.jsonl") and file.with_name(

@@ -101,8 +101,11 @@ class TextAdapter(TextEnv, gym.utils.RecordConstructorArgs):
             if env not in gym.registry:
                 raise ValueError(f"unknown Gymnasium env id {env!r}")
             if render is None:
+                _check_ansi(env, _declared_render_modes(env))  # before gym.make warns
                 env_kwargs = {"render_mode": "ansi", **env_kwargs}
             env = gym.make(env, **env_kwargs)
+            if render is None:
+                _check_ansi(_name(env), env.metadata.get("render_modes"))
         elif env_kwargs:
             raise ValueError(f"constructor arguments {sorted(env_kwargs)} only apply when env "
                              "is an id; build the env with them yourself")
@@ -190,6 +193,28 @@ class TextAdapter(TextEnv, gym.utils.RecordConstructorArgs):
         if self._policy is None:
             self._policy = greedy_policy(inner.P)
         return self._names[int(self._policy[int(inner.s)])]
+
+
+def _declared_render_modes(env_id: str) -> list | None:
+    """The render modes the class of the Gymnasium id ``env_id`` declares (None: unknown)."""
+    entry = gym.spec(env_id).entry_point
+    try:
+        creator = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) \
+            else entry
+    except (ImportError, AttributeError, ValueError):
+        return None
+    metadata = getattr(creator, "metadata", None)
+    return metadata.get("render_modes") if isinstance(metadata, dict) else None
+
+
+def _check_ansi(name: str, modes: list | None) -> None:
+    """A ValueError when ``modes`` (declared) lack ``ansi``: the env would render through
+    pygame (CartPole), which a text env cannot show."""
+    if modes is not None and "ansi" not in modes:
+        raise ValueError(f"{name} cannot show its state as text (its render modes: "
+                         f"{', '.join(map(str, modes)) or 'none'}; PaW/Text-v0 needs 'ansi', as "
+                         "Gymnasium's toy-text envs have); in Python, pass TextAdapter(env, "
+                         "render=<function>)")
 
 
 def make_text_env(env_id: str, **kwargs: Any) -> TextAdapter:

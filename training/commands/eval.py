@@ -183,8 +183,8 @@ def build_agent(arguments: EvalArguments, env_id: str, system_prompt: str | None
 
 def evaluate_command(arguments: EvalArguments) -> int:
     from training.commands.common import UserError, claim_output_files
-    from training.preflight import (check_env, check_expert, check_model, check_split,
-                                    check_writable)
+    from training.preflight import (check_context, check_env, check_expert, check_model,
+                                    check_split, check_writable)
     from training.infra.checkpoint import check_model_override, resolve_checkpoint
 
     if arguments.model and arguments.agent in MODEL_AGENTS:
@@ -216,6 +216,8 @@ def evaluate_command(arguments: EvalArguments) -> int:
                                seed=arguments.seed, env_kwargs=settings["env_kwargs"])
     except (ValueError, TypeError, FileNotFoundError) as error:
         raise UserError(str(error)) from error
+    if arguments.agent in MODEL_AGENTS:
+        check_context(arguments.checkpoint or arguments.model, settings["max_new_tokens"])
     name = arguments.name or "_".join(
         [arguments.agent, env_id.split("/")[-1], plan.split or "nosplit"])
     out = Path(arguments.output_dir)

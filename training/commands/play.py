@@ -57,7 +57,7 @@ def run(args) -> int:
     from agents.baselines import ExpertAgent, RandomAgent
     from agents.envs import make_agent_env
     from training.commands.common import UserError
-    from training.preflight import check_env, check_expert
+    from training.preflight import check_env, check_expert, check_writable
     from training.commands.flags import arguments_from
     from wrappers import RecordTransitions, WMReplay
 
@@ -69,6 +69,8 @@ def run(args) -> int:
         env = make_agent_env(arguments.env, **arguments.env_kwargs)
     except (TypeError, ValueError, FileNotFoundError) as error:  # bad kwargs or missing data
         raise UserError(f"cannot create {arguments.env}: {error}") from error
+    if arguments.replay:
+        check_writable(arguments.replay, "--replay")
     replay = WMReplay(arguments.replay)
     env = RecordTransitions(env, replay)
     agent = ExpertAgent() if arguments.agent == "expert" else RandomAgent()

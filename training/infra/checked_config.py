@@ -304,6 +304,12 @@ def _check_text(name: str, value: str, accepted: Text) -> None:
             importlib.import_module(value)
         except ImportError as error:
             raise ValueError(f"{bad} cannot be imported ({error})") from None
+        except (Exception, SystemExit) as error:  # noqa: BLE001 - the module's own code ran
+            import traceback
+
+            where = traceback.extract_tb(error.__traceback__)[-1]
+            raise ValueError(f"{bad} raised {type(error).__name__} when imported ({error}; at "
+                             f"{where.filename}:{where.lineno})") from None
     elif kind == "output_folder" and os.path.exists(value) and not os.path.isdir(value):
         raise ValueError(f"{bad} is a file; give a folder to write into")
     elif kind == "output_file" and os.path.isdir(value):
