@@ -188,18 +188,18 @@ class Output:
         self.forget(relative)
         return survey.kept
 
-    def set_aside(self, relative: str) -> Path:
-        """Rename the folder ``relative`` (a damaged save this command is about to write
-        again) whole to ``<name>.damaged-<time>`` beside it, dropping its records: nothing in
-        it is deleted, and from then on it is the user's (``--overwrite`` keeps it, naming
-        it). Returns the new path."""
+    def set_aside(self, relative: str, label: str = "damaged") -> Path:
+        """Rename the folder or file ``relative`` (a damaged save, or a file changed since,
+        that this command is about to write again) whole to ``<name>.<label>-<time>`` beside
+        it, dropping its records: nothing in it is deleted, and from then on it is the user's
+        (``--overwrite`` keeps it, naming it). Returns the new path."""
         source = self.folder / relative
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        aside = source.with_name(f"{source.name}.damaged-{stamp}")
+        aside = source.with_name(f"{source.name}.{label}-{stamp}")
         for count in itertools.count(2):
             if not os.path.lexists(aside):
                 break
-            aside = source.with_name(f"{source.name}.damaged-{stamp}-{count}")
+            aside = source.with_name(f"{source.name}.{label}-{stamp}-{count}")
         os.rename(source, aside)
         self.forget(relative)
         return aside

@@ -256,3 +256,23 @@ def test_a_damaged_fsdp_shard_is_caught_and_its_checkpoint_set_aside(tiny_model_
     aside = next(p for p in (tmp_path / "run" / "checkpoints").iterdir() if ".damaged-" in p.name)
     assert (aside / "sharded" / shard.name).read_bytes() == bytes(data)
     assert verify_checkpoint(tmp_path / "run" / "checkpoints" / "step-000002")["step"] == 2
+
+
+@pytest.mark.heavy
+def test_a_replay_shard_changed_since_is_set_aside_before_the_resumed_run_writes_it_again(
+        tiny_model_dir, tmp_path, two_updates, capsys):
+    """``replay/update-000002.jsonl`` edited by hand (a new file), then a resume from step 1:
+    before, the run appended its records to the user's file and recorded it as its own (a
+    later --overwrite could delete it); now the user's file is moved aside whole first."""
+    out = _run(tiny_model_dir, tmp_path, two_updates)
+    shard = out / "replay" / "update-000002.jsonl"
+    mine = b"the user's notes on update 2\n"
+    _replace(shard, mine)
+    capsys.readouterr()
+    PaWTrainer(_config(tiny_model_dir, tmp_path)).train(
+        resume=out / "checkpoints" / "step-000001")
+    err = capsys.readouterr().err
+    assert "replay/update-000002.jsonl changed since the run wrote it" in err
+    [aside] = (out / "replay").glob("update-000002.jsonl.changed-*")
+    assert aside.read_bytes() == mine
+    assert mine not in shard.read_bytes() and shard.read_bytes().count(b"\n") > 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import random
 import resource
 import sys
@@ -66,13 +67,19 @@ def replay_shard(step: int, rank: int, world_size: int) -> str:
 def drop_replay_after(output: Output, step: int) -> None:
     """Remove the replay shards of updates after ``step`` that the run recorded writing (a
     resumed run redoes those updates and records them again, so the replay holds every
-    transition exactly once); a file of the user's there is left alone."""
+    transition exactly once). A recorded shard changed since (by hand) is the user's: moved
+    aside whole, as ``<name>.changed-<time>`` (no longer read as a shard), in one line, since
+    the run appends to that name again."""
     for name in list(output.manifest["files"]):
         folder, _, shard = name.rpartition("/")
         number = shard.removeprefix("update-").split("-")[0].split(".")[0]
         if folder == REPLAY_DIR and shard.startswith("update-") and number.isdigit() and \
                 int(number) > step:
-            output.remove(name)
+            if output.remove(name) and os.path.lexists(output.folder / name):
+                aside = output.set_aside(name, label="changed")
+                print(f"paw-gym: {name} changed since the run wrote it, and the resumed run "
+                      f"writes that update again; moved it aside to {aside} (delete it when "
+                      "you wish)", file=sys.stderr, flush=True)
 
 
 #: collect(policy, task_seeds, group_size, temperature, seed) -> trajectories grouped by task.
