@@ -726,6 +726,29 @@ def issue_50_cases(base: str) -> list[Case]:
           for what, edit, words in [
               ("an unreadable manifest", None, "cannot be read"),
               ("a weight record with size 'abc'", {"size": "abc"}, "cannot believe")]],
+        Case("play", "PaW/Text-v0 over CartPole-v1, which renders through pygame (60)",
+             cli("play", "--env", "PaW/Text-v0", "--env_kwargs", "env_id=CartPole-v1"),
+             "cannot show its state as text"),
+        Case("replay", "a folder named x.jsonl in a replay (60)", api(_replay_with_folder),
+             "is not a file"),
+        Case("play", "--replay a symlink loop (60)", _play_into_loop,
+             "symlink that leads to no folder"),
+        Case("build-tiny-model", "--imports a module that raises (60)", _import_raising,
+             "raised RuntimeError when imported"),
+        *[Case(command, "--max_new_tokens beyond the model's context (60)", run,
+               "leaves no room for the prompt")
+          for command, run in [
+              ("eval", lambda work: cli("eval", "--checkpoint", str(_tiny(work)), "--env",
+                                        "PaW/Shelf-v0", "--max_new_tokens", "100000",
+                                        "--output_dir", "{work}/eval")(work)),
+              ("train", lambda work: cli("train", "--model", str(_tiny(work)), "--env_id",
+                                         "PaW/Shelf-v0", "--max_new_tokens", "100000",
+                                         "--output_dir", "{work}/run")(work))]],
+        Case("resume", "a replay shard edited by hand, then --resume from step 1 (60)",
+             _resume_over_edited_shard, "changed since the run wrote it", fallback=True),
+        Case("resume", "a native run resumed with PAW_GYM_NUMERICS=portable (60)",
+             _resume_portable, "numerics mode and this run computes in 'portable'",
+             fallback=True),
     ]
 
 
@@ -894,6 +917,62 @@ def _believed_no_more(edit: dict | None) -> Callable[[Path], Path]:
         _flip_a_byte("*.safetensors")(out)
         return out
     return make
+
+
+def _replay_with_folder(work: Path) -> None:
+    from wrappers import WMReplay
+
+    write("replay/a.jsonl", "")(work)
+    (work / "replay" / "x.jsonl").mkdir()
+    WMReplay.load(work / "replay")
+
+
+def _play_into_loop(work: Path) -> int:
+    (work / "loop").symlink_to(work / "loop")
+    return cli("play", "--env", "PaW/Shelf-v0", "--episodes", "1", "--replay",
+               "{work}/loop")(work)
+
+
+def _import_raising(work: Path) -> int:
+    import sys
+
+    write("raising_60.py", "raise RuntimeError('boom at import')\n")(work)
+    sys.path.insert(0, str(work))
+    try:
+        return cli("build-tiny-model", "--imports", "raising_60", "--env", "PaW/Shelf-v0",
+                   "--output_dir", "{work}/out")(work)
+    finally:
+        sys.path.remove(str(work))
+        sys.modules.pop("raising_60", None)
+
+
+def _resume_over_edited_shard(work: Path) -> int:
+    """The user's edit of update 2's replay shard (a new file), then a resume from step 1,
+    which writes update 2's shard again."""
+    import os
+
+    out = _checkpoint_with(work, lambda checkpoint: None)
+    edited = write("run/replay/update-000002.jsonl.new", "the user's notes\n")(work)
+    os.replace(edited, out / "replay" / "update-000002.jsonl")
+    return cli("train", "--config", str(out / "config.yaml"), "--resume",
+               str(out / "checkpoints" / "step-000001"))(work)
+
+
+def _resume_portable(work: Path) -> int:
+    """A run made in native numerics, resumed in portable: it goes on, and says so."""
+    import os
+
+    from training.infra.numerics import MODES
+
+    out = _checkpoint_with(work, lambda checkpoint: None)
+    before = {name: os.environ.get(name) for name in MODES["portable"]}
+    os.environ.update(MODES["portable"])
+    try:
+        return cli("train", "--config", str(out / "config.yaml"), "--total_steps", "3",
+                   "--resume")(work)
+    finally:
+        for name, value in before.items():
+            os.environ.pop(name, None) if value is None else os.environ.update({name: value})
 
 
 def _eval_model(make: Callable[[Path], Path]) -> Callable[[Path], int]:
