@@ -105,8 +105,8 @@ def _run(tiny_model_dir, tmp_path, two_updates, **extra) -> Path:
     return tmp_path / "run"
 
 
-@pytest.mark.heavy
-@pytest.mark.parametrize("damage", list(DAMAGES))
+@pytest.mark.parametrize("damage", [  # each ~4 s (the run is the fixture's); async ~40 s
+    pytest.param(name, marks=[pytest.mark.heavy] if "ahead" in name else []) for name in DAMAGES])
 def test_a_damaged_newest_checkpoint_is_set_aside_whole_and_the_run_saves_it_again(
         tiny_model_dir, tmp_path, two_updates, damage, capsys):
     extra = dict(async_rollouts=True, max_staleness=1) if "ahead" in damage else {}
@@ -130,7 +130,6 @@ def test_a_damaged_newest_checkpoint_is_set_aside_whole_and_the_run_saves_it_aga
     assert "resuming" in capsys.readouterr().err and resumed.resumed_from == newest
 
 
-@pytest.mark.heavy
 def test_a_damaged_checkpoint_met_by_an_explicit_resume_is_set_aside_before_the_save(
         tiny_model_dir, tmp_path, two_updates, capsys):
     """``--resume step-000001`` with a damaged step-000002 there: the run saves step 2 again,
@@ -184,7 +183,6 @@ def test_a_users_backup_folder_does_not_block_resume(tmp_path):
     check_folder(out, "train", False, writes=train_writes(config), resume=True)
 
 
-@pytest.mark.heavy
 def test_pruning_a_checkpoint_with_a_damaged_file_says_what_it_kept(tiny_model_dir, tmp_path,
                                                                     two_updates, capsys):
     """``--keep_checkpoints 1`` prunes step-000001, whose rng file was replaced: the intact
@@ -203,7 +201,6 @@ def test_pruning_a_checkpoint_with_a_damaged_file_says_what_it_kept(tiny_model_d
     assert [p.name for p in checkpoints_newest_first(out)] == ["step-000003"]
 
 
-@pytest.mark.heavy
 def test_a_rollback_to_a_damaged_best_checkpoint_stops_the_run_in_one_line(
         tiny_model_dir, tmp_path, two_updates, capsys):
     """on_collapse rollback, its best checkpoint damaged since: the run stops (as
@@ -258,7 +255,6 @@ def test_a_damaged_fsdp_shard_is_caught_and_its_checkpoint_set_aside(tiny_model_
     assert verify_checkpoint(tmp_path / "run" / "checkpoints" / "step-000002")["step"] == 2
 
 
-@pytest.mark.heavy
 def test_a_replay_shard_changed_since_is_set_aside_before_the_resumed_run_writes_it_again(
         tiny_model_dir, tmp_path, two_updates, capsys):
     """``replay/update-000002.jsonl`` edited by hand (a new file), then a resume from step 1:
