@@ -333,10 +333,15 @@ def code_version() -> dict[str, Any]:
             "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
-def run_stage(name: str, stage: str, work) -> None:
-    """Run ``work()`` unless its result file exists, then write it (with the machine)."""
+def run_stage(name: str, stage: str, work, outputs: Path | None = None) -> None:
+    """Run ``work()`` unless its result file exists, then write it (with the machine).
+
+    ``outputs``: what later stages read from this one (the SFT adapter the RL runs start
+    from). A result file is committed while the run folders are not, so on a fresh clone the
+    result is there and the adapter is not: the stage is then run again (same commit and seed:
+    the same adapter and the same numbers, which the rewritten result file shows in git)."""
     path = result_path(name, stage)
-    if path.is_file():
+    if path.is_file() and (outputs is None or outputs.exists()):
         return
     result = {**work(), "machine": machine(), "code": code_version()}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -357,7 +362,7 @@ def run_study(name: str, stages: list[str], seeds: list[int], variants: list[boo
         if stage == "zero-shot":
             run_stage(name, "zero-shot", lambda: zero_shot(name, recipe))
         elif stage == "sft":
-            run_stage(name, "sft", lambda: sft(name, recipe))
+            run_stage(name, "sft", lambda: sft(name, recipe), outputs=RUNS / name / "sft")
         elif stage == "rl" and recipe.rl_config:
             for seed in seeds:  # seed-major: a study cut short stays paired
                 for paw in variants:

@@ -125,3 +125,27 @@ def test_a_stopped_run_goes_on_from_its_checkpoint_and_a_finished_one_is_not_rer
     assert real_model.trained(args, tmp_path / "stopped")["pieces"] == 2
     assert calls[-1] == ["train", "--config", "c.yaml", "--output_dir", str(tmp_path / "run"),
                          "--paw", "true", "--resume"]
+
+
+def test_a_stored_sft_result_without_its_adapter_is_run_again(tmp_path, monkeypatch):
+    """A fresh clone has the committed ``sft.json`` but not the adapter the RL runs start from
+    (run folders are not committed): the SFT stage runs again instead of being skipped, and
+    is skipped once the adapter is there."""
+    monkeypatch.setattr(real_model, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(real_model, "RUNS", tmp_path / "runs")
+    stored = real_model.result_path("shelf-sparse", "sft")
+    stored.parent.mkdir(parents=True)
+    stored.write_text(json.dumps({"success": 0.25}))
+    runs = []
+
+    def sft(name, recipe):
+        runs.append(name)
+        (tmp_path / "runs" / name / "sft").mkdir(parents=True)
+        return {"success": 0.25, "sft_cpu_s": 1.0}
+
+    monkeypatch.setattr(real_model, "sft", sft)
+    real_model.run_study("shelf-sparse", ["sft"], [], [])
+    assert runs == ["shelf-sparse"]
+    assert json.loads(stored.read_text())["success"] == 0.25
+    real_model.run_study("shelf-sparse", ["sft"], [], [])
+    assert runs == ["shelf-sparse"]
