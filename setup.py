@@ -62,7 +62,7 @@ setup(
     long_description_content_type="text/markdown",
     license="MIT",
     python_requires=">=3.10",
-    packages=find_packages(include=["paw_gym*", "agents*", "wrappers*", "training*"]),
+    packages=find_packages(include=["run_files*", "paw_gym*", "agents*", "wrappers*", "training*"]),
     include_package_data=True,
     package_data={"": ["*.json", "*.txt", "*.yaml", "*.twl2", "*.pddl"]},
     install_requires=[

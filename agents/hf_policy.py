@@ -13,7 +13,7 @@ import torch
 from agents.chat import ChatEncoder, check_sampling_args
 from agents.sampling import DEFAULT_STOP, SamplingBatch, token_statistics
 from agents.types import PolicyOutput
-from paw_gym.outputs import verify_output
+from run_files.outputs import verify_output
 
 
 #: A hub id: ``name`` or ``namespace/name`` of letters, digits, ``-``, ``_`` and ``.``.

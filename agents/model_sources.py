@@ -10,7 +10,7 @@
 
 :func:`resolve_model` turns the last two into their folder and leaves the others as they are;
 :func:`agents.hf_policy.check_model_source` calls it first, so a name works wherever a folder
-does. The folders are written through the output guard (:mod:`paw_gym.outputs`): a manifest
+does. The folders are written through the output guard (:mod:`run_files.outputs`): a manifest
 records every file with the sha256 of the weights, a converted folder is complete only once
 renamed into place, and every load checks the hashes.
 
@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from paw_gym.cache import cache_home
-from paw_gym.outputs import (MODEL_FILES, IntegrityError, claim_folder, read_manifest,
-                             verify_output)
+from run_files.outputs import (MODEL_FILES, IntegrityError, claim_folder, read_manifest,
+                               verify_output)
 
 
 @dataclass(frozen=True)

@@ -121,7 +121,7 @@ def build_tiny_model(texts: Iterable[str], out_dir: str | Path, size: str = "nan
     model.generation_config = GenerationConfig(
         eos_token_id=[config.eos_token_id, tokenizer.convert_tokens_to_ids(END_OF_TEXT)],
         pad_token_id=config.pad_token_id, do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
-    from paw_gym.outputs import staged
+    from run_files.outputs import staged
 
     out = Path(out_dir)
     with staged(out) as folder:  # a kill leaves no half-written model at out_dir

@@ -282,7 +282,7 @@ def cases() -> list[Case]:
             "eval", "--env", "PaW/Shelf-v0", "--agent", "random", "--limit", "1",
             "--output_dir", str(write("file", "x")(work) / "out"))(work), "not writable"),
         # -- data files ---------------------------------------------------------------------
-        # One schema per data file kind (paw_gym.data_files): a log's bad records are
+        # One schema per data file kind (run_files.data_files): a log's bad records are
         # skipped with a warning naming the count and the first file:line; a file written
         # whole is refused with file:line.
         *[Case("sft", f"replay record with {label}", lambda work, bad=bad: (
@@ -817,7 +817,7 @@ def _model_output(work: Path, finish: bool) -> Path:
     not finished (a kill before the end) unless ``finish``."""
     import shutil
 
-    from paw_gym.outputs import MODEL_FILES, claim_folder
+    from run_files.outputs import MODEL_FILES, claim_folder
 
     output = claim_folder(work / "sft", "sft", False, writes=MODEL_FILES)
     with output.staged(".") as staging:
@@ -890,7 +890,7 @@ def _forged_record(work: Path) -> None:
     or copied): ``sft --overwrite true`` must not take it for its own."""
     import hashlib
 
-    from paw_gym.outputs import MODEL_FILES, claim_folder
+    from run_files.outputs import MODEL_FILES, claim_folder
 
     out = _model_output(work, finish=True)
     notes = write("sft/mynotes.txt", "the user's notes")(work).read_bytes()
@@ -1071,7 +1071,7 @@ def _replaced_by_the_user(command: str, name: str, folder: bool | None) -> Calla
 def _lock_deleted_by_hand(work: Path) -> None:
     """A second command takes the folder after the first one's lock file was deleted by hand:
     the first stops at its next manifest write instead of writing over the second's."""
-    from paw_gym.outputs import claim_folder
+    from run_files.outputs import claim_folder
     from tests.common import held_by_another_process
 
     first = claim_folder(work / "out", "sft", False)

@@ -1,5 +1,5 @@
 """What the weight-file check costs (issue 41): the sha256 that a save records and that every
-load verifies (``paw_gym.outputs.file_digest``), against the save and the load it guards.
+load verifies (``run_files.outputs.file_digest``), against the save and the load it guards.
 
 Two model folders: the ``nano`` tiny model, and one of the Qwen2.5-1.5B architecture in
 bfloat16 (1.54 B parameters, a 3.1 GB weight file: every tensor of the real model, random
@@ -61,12 +61,12 @@ def save_model(weights, folder: Path) -> None:
 
 def measure(size: str, repeats: int, device: str, folder: Path) -> dict:
     """Alternating, ``repeats`` times: the save through the output guard (which hashes), the
-    hash alone, the check a load runs (:func:`paw_gym.outputs.verify_output`), and the load
+    hash alone, the check a load runs (:func:`run_files.outputs.verify_output`), and the load
     (``from_pretrained`` onto ``device``)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from paw_gym.outputs import MODEL_FILES, claim_folder, file_digest, verify_output
+    from run_files.outputs import MODEL_FILES, claim_folder, file_digest, verify_output
 
     if size == "nano":
         from agents.tiny_model import build_tiny_model

@@ -19,7 +19,7 @@ from paw_gym.core import (
     TextSpace,
 )
 from paw_gym.registration import list_text_envs, register_builtin_envs, register_text_env
-from paw_gym.moved import refuse_moved
+from paw_gym.moved import moved_error, refuse_moved
 from paw_gym.toytext.adapter import TextAdapter
 
 __version__ = "0.1.0"
@@ -40,6 +40,17 @@ __all__ = [
 
 register_builtin_envs()
 
-# The TRL integration lives with the trainer (the env package imports nothing above it);
-# ``paw_gym.integrations.trl`` fails on its package's line.
-refuse_moved({"paw_gym.integrations": "training.integrations"})
+# Moved out of the env package: the old paths fail with one line naming the new one. The TRL
+# integration lives with the trainer (the env package imports nothing above it;
+# ``paw_gym.integrations.trl`` fails on its package's line); the output guard and the data-file
+# schema are the run_files package, below this one.
+MOVED = {"paw_gym.integrations": "training.integrations",
+         "paw_gym.outputs": "run_files.outputs",
+         "paw_gym.data_files": "run_files.data_files"}
+refuse_moved(MOVED)
+
+
+def __getattr__(name: str):
+    if f"paw_gym.{name}" in MOVED:  # `from paw_gym import outputs`: an attribute lookup
+        raise moved_error(f"paw_gym.{name}", MOVED[f"paw_gym.{name}"])
+    raise AttributeError(f"module 'paw_gym' has no attribute {name!r}")

@@ -16,6 +16,7 @@ The folder (:func:`write_package`)::
     client.py, __init__.py   what ``openenv push`` asks for: a client (RemoteEnv)
     paw_gym/                 this paw-gym's env package (torch-free), copied: the image needs
                              no paw-gym release
+    run_files/               the output guard and data-file schema it stands on, copied too
 
 The dependencies are found, not listed: :func:`probe` runs in the written folder, in a fresh
 interpreter that imports the folder's own ``paw_gym``, plays the env's expert (or its first
@@ -24,7 +25,7 @@ and replays the first episode through :class:`~paw_gym.remote.RemoteEnv` (the se
 must equal the in-process ones). Every distribution it imported on the way is pinned at the
 version installed here, and the step rewards it saw bound the declared reward range.
 
-A ``.paw-gym-*`` file in the folder is the output guard's record (``paw_gym.outputs``);
+A ``.paw-gym-*`` file in the folder is the output guard's record (``run_files.outputs``);
 ``openenv push`` leaves hidden files out, and ``.dockerignore`` keeps them out of the image.
 """
 
@@ -60,7 +61,9 @@ PROBE_TIMEOUT = 900
 NAME_PATTERN = r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62}[A-Za-z0-9])?"
 #: The entries the package writes (the output guard refuses a user's entry in their way).
 WRITES = ("openenv.yaml", "pyproject.toml", "README.md", "Dockerfile", ".dockerignore",
-          "__init__.py", "client.py", "server/**", "paw_gym/**")
+          "__init__.py", "client.py", "server/**", "paw_gym/**", "run_files/**")
+#: The packages copied into the package folder: the env package and the one below it.
+VENDORED = ("run_files", "paw_gym")
 #: OpenEnv 0.10.0's static policy (severity-v1): a declared floor margin of at least 0.1. The
 #: manifest declares half the reward range, so the range must span at least 0.2.
 MIN_REWARD_SPAN = 0.2
@@ -93,8 +96,9 @@ def default_name(env_id: str) -> str:
 
 def check_packable(env_id: str, env_kwargs: dict[str, Any]) -> None:
     """:class:`PackageError` unless the env's code is part of ``paw_gym`` (the package copies
-    that package, nothing else) and every ``env_kwargs`` value can be written into
-    ``server/app.py`` as a Python literal. The id itself is checked by the caller."""
+    that package and the one it stands on, :data:`VENDORED`, nothing else) and every
+    ``env_kwargs`` value can be written into ``server/app.py`` as a Python literal. The id
+    itself is checked by the caller."""
     import gymnasium as gym
 
     entry_point = gym.spec(env_id).entry_point
@@ -102,9 +106,9 @@ def check_packable(env_id: str, env_kwargs: dict[str, Any]) -> None:
         f"{getattr(entry_point, '__module__', '?')}:{getattr(entry_point, '__qualname__', '?')}"
     if not where.startswith("paw_gym."):
         raise PackageError(f"{env_id} is built by {where}, outside paw-gym's env package; the "
-                           f"OpenEnv package copies paw_gym only, so serve this env with "
-                           f"`paw-gym serve-env` instead, or register it from a module inside "
-                           f"paw_gym")
+                           f"OpenEnv package copies paw_gym (and run_files) only, so serve "
+                           f"this env with `paw-gym serve-env` instead, or register it from a "
+                           f"module inside paw_gym")
     try:
         literal = ast.literal_eval(repr(env_kwargs)) == env_kwargs
     except (ValueError, SyntaxError):
@@ -137,7 +141,7 @@ def write_package(folder: str | Path, env_id: str, env_kwargs: dict[str, Any] | 
     check_packable(env_id, env_kwargs)
     description = list_text_envs().get(env_id) or env_id
     limits = dataclasses.asdict(ServerLimits())
-    files = {**_vendored_paw_gym(),
+    files = {**_vendored_packages(),
              "server/__init__.py": f'"""The server of {env_id} (server/app.py)."""\n',
              "server/app.py": _app(env_id, env_kwargs, limits, description, __version__),
              "client.py": _client(env_id), "__init__.py": _init(env_id)}
@@ -191,11 +195,14 @@ from pathlib import Path
 
 import gymnasium as gym
 import paw_gym
+import run_files
 from paw_gym.remote import EnvServer, RemoteEnv, ServerLimits
 from server import app
 
-if not Path(paw_gym.__file__).resolve().is_relative_to(Path.cwd().resolve()):
-    raise SystemExit(f"imported paw_gym from {paw_gym.__file__}, not the package's own copy")
+for own in (paw_gym, run_files):
+    if not Path(own.__file__).resolve().is_relative_to(Path.cwd().resolve()):
+        raise SystemExit(f"imported {own.__name__} from {own.__file__}, not the package's own "
+                         f"copy")
 episodes, most = int(sys.argv[1]), int(sys.argv[2])
 expert, played = True, []
 env = gym.make(app.ENV_ID, **app.ENV_KWARGS)
@@ -236,13 +243,14 @@ print(json.dumps({"modules": sorted({name.partition(".")[0] for name in set(sys.
 
 def pinned(modules: list[str]) -> list[str]:
     """``name==version`` of the installed distribution of each of ``modules`` (top-level import
-    names) that is not the standard library's or the package's own (``paw_gym``, ``server``)."""
+    names) that is not the standard library's or the package's own (:data:`VENDORED`,
+    ``server``)."""
     from importlib.metadata import packages_distributions, version
 
     owners = packages_distributions()
     found: dict[str, str] = {}
     for module in modules:
-        if module in sys.stdlib_module_names or module in ("paw_gym", "server", "client"):
+        if module in sys.stdlib_module_names or module in (*VENDORED, "server", "client"):
             continue
         for distribution in owners.get(module, ()):
             key = re.sub(r"[-_.]+", "-", distribution).lower()
@@ -274,13 +282,18 @@ def _reward_range(env_id: str, found: dict[str, Any], low: float,
     return float(low), float(high)
 
 
-def _vendored_paw_gym() -> dict[str, str]:
-    """Every source file of the installed ``paw_gym`` package, by its path in the package."""
-    import paw_gym
+def _vendored_packages() -> dict[str, str]:
+    """Every source file of the installed :data:`VENDORED` packages, by its path in the
+    package folder."""
+    import importlib
 
-    root = Path(paw_gym.__file__).resolve().parent
-    return {f"paw_gym/{path.relative_to(root).as_posix()}": path.read_text(encoding="utf-8")
-            for path in sorted(root.rglob("*.py")) if "__pycache__" not in path.parts}
+    files = {}
+    for name in VENDORED:
+        root = Path(importlib.import_module(name).__file__).resolve().parent
+        files.update({f"{name}/{path.relative_to(root).as_posix()}":
+                      path.read_text(encoding="utf-8")
+                      for path in sorted(root.rglob("*.py")) if "__pycache__" not in path.parts})
+    return files
 
 
 def _write(path: Path, text: str) -> None:
@@ -303,7 +316,7 @@ WebSocket sessions at /ws (a session, with its own env, per connection) and its 
     docker build -t NAME . && docker run -p {PORT}:{PORT} NAME
 
 {_header(env_id, version)} The paw_gym folder beside this one is that
-release's env package.
+release's env package (run_files: the output guard and data-file schema it stands on).
 """
 
 from __future__ import annotations
@@ -406,7 +419,7 @@ server = "server.app:main"
 py-modules = ["client"]
 
 [tool.setuptools.packages.find]
-include = ["server", "paw_gym", "paw_gym.*"]
+include = ["server", "paw_gym", "paw_gym.*", "run_files", "run_files.*"]
 '''
 
 
@@ -480,7 +493,8 @@ openenv push . --repo-id USER/{name} --no-interface  # a Hugging Face Space (a D
 
 `--no-interface`: the server has no `/web` page for OpenEnv's web interface to open.
 
-The `paw_gym` folder is paw-gym {version}'s env package, copied; the dependencies
+The `paw_gym` folder is paw-gym {version}'s env package, copied (with `run_files`, the
+output guard and data-file schema it stands on); the dependencies
 (`server/requirements.txt`, `pyproject.toml`) are those it imported when the package was
 written: {", ".join(requirements)}.
 '''

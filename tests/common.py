@@ -40,7 +40,7 @@ TIMING_METRICS = frozenset({"rollout_time", "step_time", "update_time", "tokens_
                             "weight_sync_time", "sync_step_estimate", "async_speedup"})
 
 
-_HOLD = ("import sys, time\nfrom paw_gym.outputs import claim_folder\n"
+_HOLD = ("import sys, time\nfrom run_files.outputs import claim_folder\n"
          "claim_folder(sys.argv[1], 'sft', sys.argv[2:] == ['overwrite'])\n"
          "print('claimed', flush=True)\ntime.sleep(60)")
 

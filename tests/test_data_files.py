@@ -1,8 +1,9 @@
 """Every data file a command reads goes through its kind's one schema
-(paw_gym.data_files): JSON Lines logs (replay records, metrics.jsonl) skip a bad record
-with one warning giving the count and the first file:line; files written whole (wm_config.json,
-state.json, rollouts-ahead.json, a predictions file) are refused with file:line naming the key
-and what is accepted. Never a traceback, never a bad value used."""
+(run_files.data_files; the trainer's kinds in training.infra.data_files): JSON Lines logs
+(replay records, metrics.jsonl) skip a bad record with one warning giving the count and the
+first file:line; files written whole (wm_config.json, state.json, rollouts-ahead.json, a
+predictions file) are refused with file:line naming the key and what is accepted. Never a
+traceback, never a bad value used."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from paw_gym import data_files
-from paw_gym.data_files import (DataFileError, DataFileWarning, read_checkpoint_state,
-                                read_wm_config)
+from run_files import data_files
+from run_files.data_files import DataFileError, DataFileWarning
+from training.infra.data_files import read_checkpoint_state, read_wm_config
 from tests.envs import GuessNumberEnv
 from training.cli import main
 from training.world_model.config import WorldModelConfig

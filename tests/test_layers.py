@@ -1,6 +1,7 @@
 """The layers of ``docs/design.md``, read from the source with ``ast`` (nothing is imported):
-``paw_gym`` ← ``wrappers`` ← ``agents`` ← ``training`` ← ``benchmarks``, each importing only
-itself and the layers below it, and no import cycle between two files.
+``run_files`` ← ``paw_gym`` ← ``wrappers`` ← ``agents`` ← ``training`` ← ``benchmarks``, each
+importing only itself and the layers below it; inside ``training`` the same rule over its
+levels (:data:`TRAINING_LEVELS`); and no import cycle between two files.
 
 Every ``import`` and ``from ... import`` counts, at module level and inside functions (an import
 inside a function still ties the two files together), as does ``importlib.import_module`` of a
@@ -18,14 +19,36 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Lowest first: a module may import its own layer and the layers before it.
-LAYERS = ("paw_gym", "wrappers", "agents", "training", "benchmarks")
+LAYERS = ("run_files", "paw_gym", "wrappers", "agents", "training", "benchmarks")
+#: The levels inside ``training``, lowest first, each a tuple of the modules and subpackages
+#: on it: a module of ``training`` may import its own level and the levels before it. A module
+#: is on the level of the longest name here that it is or lies in (``training`` itself, the
+#: package's lazy re-exports, is that name only); a new top-level file of ``training/`` needs
+#: its entry.
+TRAINING_LEVELS = (
+    # configs that check themselves, checkpoints, launch, memory, metrics, numerics, the
+    # trainer's data-file kinds
+    ("training.infra",),
+    # the run's settings and the model it trains
+    ("training.config", "training.models"),
+    # advantages, losses, the batch, the objective, the correction, async rollouts, the critic
+    ("training.rl",),
+    # what stands on the RL parts: world models, warm starts
+    ("training.world_model", "training.warmstart"),
+    # what a run checks before and plays after: preflight, evaluation
+    ("training.evaluate", "training.preflight"),
+    # the trainer and the runs built on it
+    ("training.trainer", "training.demo", "training.presets"),
+    # the entry points: the CLI and its commands, the TRL integration, the package's re-exports
+    ("training", "training.cli", "training.commands", "training.integrations"),
+)
 #: Upward imports allowed: none (moved modules fail with a line naming the new path,
 #: ``paw_gym.moved``; tests/test_moved_modules.py).
 ALLOWED_UPWARD: set[tuple[str, str]] = set()
 
 
 def module_files() -> dict[str, Path]:
-    """Dotted name -> file, for every module of the five layers (packages by their
+    """Dotted name -> file, for every module of the six layers (packages by their
     ``__init__``)."""
     modules = {}
     for layer in LAYERS:
@@ -102,6 +125,30 @@ def layer_of(name: str) -> int:
     return LAYERS.index(name.split(".")[0])
 
 
+def training_level_of(name: str) -> int | None:
+    """The level (:data:`TRAINING_LEVELS`) of the ``training`` module ``name``, or None when no
+    entry names it."""
+    best = None
+    for level, entries in enumerate(TRAINING_LEVELS):
+        for entry in entries:
+            if name == entry or (entry != "training" and name.startswith(entry + ".")):
+                if best is None or len(entry) > len(best[1]):
+                    best = level, entry
+    return best[0] if best else None
+
+
+def upward_in_training(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Every import of ``graph`` from a ``training`` module to one on a higher level."""
+    found = []
+    for name, targets in sorted(graph.items()):
+        level = training_level_of(name)
+        for target in sorted(targets):
+            above = training_level_of(target)
+            if level is not None and above is not None and above > level:
+                found.append((name, target))
+    return found
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """The strongly connected components of more than one module (Tarjan, iteratively)."""
     index: dict[str, int] = {}
@@ -150,6 +197,7 @@ def test_the_import_reader_sees_every_layer_and_imports_inside_functions():
     assert {name.split(".")[0] for name in MODULES} == set(LAYERS)
     assert "agents.env_workers" in GRAPH["agents.envs"]
     assert "agents.serialization" in GRAPH["training.rl.rollout_batch"]
+    assert "run_files.outputs" in GRAPH["wrappers.replay"]
 
 
 def test_no_module_imports_a_layer_above_its_own():
@@ -157,6 +205,39 @@ def test_no_module_imports_a_layer_above_its_own():
                     if layer_of(target) > layer_of(name))
     assert [pair for pair in upward if pair not in ALLOWED_UPWARD] == [], \
         "upward imports (layers, lowest first: " + " <- ".join(LAYERS) + ")"
+
+
+def test_the_lowest_layer_imports_nothing_of_the_project():
+    """``run_files`` (the output guard, the data-file schema) stands on nothing: every layer,
+    the env package included, may use it."""
+    assert {target.split(".")[0] for name, targets in GRAPH.items()
+            if name.split(".")[0] == "run_files" for target in targets} <= {"run_files"}
+
+
+def test_every_module_of_training_has_a_level():
+    assert [name for name in MODULES if layer_of(name) == LAYERS.index("training")
+            and training_level_of(name) is None] == [], \
+        "add each new top-level file of training/ to TRAINING_LEVELS"
+
+
+def test_no_module_of_training_imports_a_level_above_its_own():
+    assert upward_in_training(GRAPH) == [], \
+        "upward imports inside training/ (levels, lowest first: " + " <- ".join(
+            "/".join(entry.removeprefix("training.") for entry in entries)
+            for entries in TRAINING_LEVELS) + ")"
+
+
+@pytest.mark.parametrize("graph, expected", [
+    # the arrow issue 57 named: a checkpoint helper reaching up into the model loading
+    ({"training.infra.checkpoint": {"training.models", "training.infra.metrics_log"}},
+     [("training.infra.checkpoint", "training.models")]),
+    ({"training.rl.objective": {"training.trainer"}},
+     [("training.rl.objective", "training.trainer")]),
+    ({"training.trainer": {"training.rl.objective", "training.infra.checkpoint"},
+      "training": {"training.trainer"}, "training.commands.train": {"training.trainer"}}, []),
+])
+def test_the_level_check_finds_an_upward_import_inside_training(graph, expected):
+    assert upward_in_training(graph) == expected
 
 
 def test_the_allowed_upward_import_is_still_only_a_re_export():
@@ -178,7 +259,7 @@ def test_the_cycle_finder_finds_cycles(graph, expected):
 
 
 def test_the_library_tests_do_not_import_benchmarks():
-    """``tests/`` checks the four library layers; what ``benchmarks/`` holds is tested in
+    """``tests/`` checks the five library layers; what ``benchmarks/`` holds is tested in
     ``benchmarks/tests/`` (the same ``pytest`` runs both)."""
     found = []
     for path in sorted((ROOT / "tests").rglob("*.py")):

@@ -12,10 +12,12 @@ import pytest
 MOVED = {"training.losses": ("training.rl.losses", "wm_token_loss"),
          "training.advantages": ("training.rl.advantages", "grpo"),
          "training.metrics_log": ("training.infra.metrics_log", "read_metrics"),
-         "training.outputs": ("paw_gym.outputs", "OutputExists"),
+         "training.outputs": ("run_files.outputs", "OutputExists"),
          "training.serialization": ("agents.serialization", "TransitionSerializer"),
          "training.pretrain": ("training.warmstart.pretrain", "PretrainConfig"),
-         "paw_gym.integrations": ("training.integrations", None)}
+         "paw_gym.integrations": ("training.integrations", None),
+         "paw_gym.outputs": ("run_files.outputs", "claim_folder"),
+         "paw_gym.data_files": ("run_files.data_files", "DataFileError")}
 
 
 @pytest.mark.parametrize("old", sorted(MOVED))
@@ -29,7 +31,7 @@ def test_an_old_path_names_the_new_one(old):
         with pytest.raises(ModuleNotFoundError, match=f"moved to {new}"):
             exec(f"from {old} import {name}", {})
     package, _, module = old.rpartition(".")
-    if package == "training":  # `from training import losses`: an attribute lookup
+    if package in ("training", "paw_gym"):  # `from training import losses`: an attribute lookup
         with pytest.raises(ModuleNotFoundError, match=f"^{old} moved to {new}"):
             exec(f"from {package} import {module}", {})
 
@@ -47,6 +49,19 @@ def test_a_fresh_interpreter_gets_the_line_too():
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1] == (
         "ModuleNotFoundError: training.losses moved to training.rl.losses; import that instead")
+
+
+def test_the_trainer_s_data_file_kinds_left_the_env_package_too():
+    """Of the old ``paw_gym.data_files``, the kinds only the trainer reads are in
+    ``training.infra.data_files`` (the line names ``run_files.data_files``, whose docstring
+    says so); the env package's root holds env code only."""
+    import paw_gym
+    from training.infra import data_files
+
+    assert hasattr(data_files, "read_checkpoint_state") and hasattr(data_files, "METRICS_RECORD")
+    assert "training.infra.data_files" in importlib.import_module("run_files.data_files").__doc__
+    with pytest.raises(AttributeError):
+        paw_gym.no_such_name  # noqa: B018 (a name that never moved is an ordinary miss)
 
 
 def test_other_imports_are_untouched():

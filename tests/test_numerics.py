@@ -209,7 +209,7 @@ def test_an_evaluation_names_its_machine():
 
 @pytest.mark.usefixtures("one_torch_thread")
 def test_a_checkpoint_names_its_machine_and_is_still_read(tiny_model_dir, tmp_path):
-    from paw_gym.data_files import read_checkpoint_state
+    from training.infra.data_files import read_checkpoint_state
     from training.config import TrainConfig
     from training.infra.checkpoint import latest_checkpoint
     from training.trainer import PaWTrainer

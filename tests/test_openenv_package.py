@@ -94,9 +94,13 @@ def test_the_package_serves_its_env_from_its_own_folder(tmp_path):
     folder = package(tmp_path / "package", "PaW/Shelf-v0")
     environment = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     which = subprocess.run([sys.executable, "-c", "import paw_gym, server.app; "
-                            "print(paw_gym.__file__)"], cwd=folder, env=environment,
-                           capture_output=True, text=True, timeout=60)
-    assert which.stdout.strip() == str(folder / "paw_gym" / "__init__.py"), which.stderr
+                            "import run_files.outputs, run_files.data_files; "
+                            "print(paw_gym.__file__); print(run_files.__file__)"], cwd=folder,
+                           env=environment, capture_output=True, text=True, timeout=60)
+    # run_files (the output guard, the data-file schema: ALFWorld's generator writes through
+    # it) is copied beside paw_gym, and the copy is what the folder imports
+    assert which.stdout.split() == [str(folder / "paw_gym" / "__init__.py"),
+                                    str(folder / "run_files" / "__init__.py")], which.stderr
     server = subprocess.Popen([sys.executable, "-m", "server.app", "--port", "0"], cwd=folder,
                               env=environment, stdout=subprocess.PIPE, text=True)
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from paw_gym.outputs import JOURNAL, LOCK, MARKER, OWN_FILES
+from run_files.outputs import JOURNAL, LOCK, MARKER, OWN_FILES
 from tests.common import GUESS_ID, held_by_another_process
 from tests.test_outputs import ROOT, _users_files
 from training.cli import main

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from paw_gym.outputs import (MARKER, MODEL_FILES, IntegrityError, claim_folder, read_manifest,
-                             verify_output)
+from run_files.outputs import (MARKER, MODEL_FILES, IntegrityError, claim_folder,
+                               read_manifest, verify_output)
 
 
 def _model_output(folder: Path, weights: bytes = b"w" * 64) -> None:

@@ -1,4 +1,4 @@
-"""The one output guard (paw_gym.outputs): refuse by default; with --overwrite remove exactly
+"""The one output guard (run_files.outputs): refuse by default; with --overwrite remove exactly
 the files paw-gym can prove it wrote (literal records with size and sha256); the manifest
 and lock never written through a symlink; the manifest read as untrusted data; one writer per
 folder, even when its lock file is deleted by hand; atomic saves; weight files checked, in a
@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from paw_gym.outputs import (LOCK, MARKER, MODEL_FILES, IncompleteOutput, IntegrityError,
-                             OutputExists, OutputLocked, claim_file, claim_folder, read_manifest,
-                             sanitize_manifest, verify_output, write_text_atomically)
+from run_files.outputs import (LOCK, MARKER, MODEL_FILES, IncompleteOutput, IntegrityError,
+                               OutputExists, OutputLocked, claim_file, claim_folder,
+                               read_manifest, sanitize_manifest, verify_output,
+                               write_text_atomically)
 from tests.common import held_by_another_process
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -396,7 +397,7 @@ def test_every_saved_folder_carries_its_own_record(tmp_path):
 
 _KILL_IN_SAVE = textwrap.dedent("""
     import os, sys
-    from paw_gym.outputs import MODEL_FILES, claim_folder
+    from run_files.outputs import MODEL_FILES, claim_folder
     calls, real = [0], os.replace
     def replace(*args):
         calls[0] += 1

@@ -26,7 +26,7 @@ from agents.envs import env_factory  # noqa: E402
 from agents.hf_policy import HFPolicy  # noqa: E402
 from agents.model_sources import OFFLINE_MODELS, check_wheel, resolve_model  # noqa: E402
 from agents.rollout import rollout  # noqa: E402
-from paw_gym.outputs import MARKER, file_digest, read_manifest, verify_output  # noqa: E402
+from run_files.outputs import MARKER, file_digest, read_manifest, verify_output  # noqa: E402
 from training.config import TrainConfig  # noqa: E402
 from training.rl.batch import collate  # noqa: E402
 from training.rl.objective import ObjectiveSettings, micro_batch_loss  # noqa: E402

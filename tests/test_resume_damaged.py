@@ -150,7 +150,7 @@ def test_a_damaged_checkpoint_met_by_an_explicit_resume_is_set_aside_before_the_
 def test_a_users_folder_named_like_a_checkpoint_is_not_in_the_way(tmp_path):
     """``checkpoints/step-000002-backup/`` and ``step-000003.damaged-…`` are not names a run
     writes: not in the way of a resume, never taken for a checkpoint."""
-    from paw_gym.outputs import _in_the_way
+    from run_files.outputs import _in_the_way
 
     config = TrainConfig(model="x", env_id="PaW/Shelf-v0", output_dir=str(tmp_path / "run"))
     writes = train_writes(config)
@@ -170,7 +170,7 @@ def test_a_users_folder_named_like_a_checkpoint_is_not_in_the_way(tmp_path):
 
 def test_a_users_backup_folder_does_not_block_resume(tmp_path):
     """Through the guard's own check, as ``train --resume`` runs it before any work."""
-    from paw_gym.outputs import check_folder, claim_folder
+    from run_files.outputs import check_folder, claim_folder
 
     out = tmp_path / "run"
     config = TrainConfig(model="x", env_id="PaW/Shelf-v0", output_dir=str(out))

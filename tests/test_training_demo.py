@@ -124,7 +124,7 @@ def test_small_demo_runs_end_to_end_and_reuses_the_cached_base(tmp_path, monkeyp
     assert any(line.startswith("[demo] reusing the base model cached in ") for line in logs)
     assert len(list((tmp_path / "cache" / "tiny-base").iterdir())) == 1
     # A second demo into a folder is refused before any work, unless overwrite.
-    from paw_gym.outputs import OutputExists
+    from run_files.outputs import OutputExists
 
     results = (out / "results.md").read_text()
     with pytest.raises(OutputExists, match=r"earlier `paw-gym demo`; pass --overwrite true"):

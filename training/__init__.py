@@ -12,7 +12,7 @@ __all__ = ["PaWTrainer", "TrainConfig", "load_config"]
 MOVED = {"training.losses": "training.rl.losses",
          "training.advantages": "training.rl.advantages",
          "training.metrics_log": "training.infra.metrics_log",
-         "training.outputs": "paw_gym.outputs",
+         "training.outputs": "run_files.outputs",
          "training.serialization": "agents.serialization",
          "training.pretrain": "training.warmstart.pretrain"}
 refuse_moved(MOVED)

@@ -100,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         from paw_gym.progress import quiet_libraries
 
         quiet_libraries()
-    from paw_gym.data_files import DataFileError
-    from paw_gym.outputs import GUARD_ERRORS, close_claims
+    from run_files.data_files import DataFileError
+    from run_files.outputs import GUARD_ERRORS, close_claims
 
     # A mistake of the user's, wherever it is found: in the arguments, in a data file (one
     # reader per kind), or by the output guard (a folder in use, a user's file in the way, a

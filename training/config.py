@@ -518,10 +518,10 @@ def first_steps(path: str | Path | None) -> str | None:
 
 def save_config(config, path: str | Path) -> None:
     """``config`` as YAML at ``path``, written atomically (and recorded as paw-gym's inside a
-    claimed output folder: :func:`paw_gym.outputs.write_text_atomically`)."""
+    claimed output folder: :func:`run_files.outputs.write_text_atomically`)."""
     import yaml
 
-    from paw_gym.outputs import write_text_atomically
+    from run_files.outputs import write_text_atomically
 
     write_text_atomically(Path(path), yaml.safe_dump(dataclasses.asdict(config),
                                                      sort_keys=False))

@@ -131,7 +131,7 @@ class DemoConfig(CheckedConfig):
 
 
 #: Where the demo writes in its output_dir (the output guard refuses a user's entry there,
-#: :mod:`paw_gym.outputs`): all in place but base-model/ (staged); sft-model/ and rl/ are
+#: :mod:`run_files.outputs`): all in place but base-model/ (staged); sft-model/ and rl/ are
 #: outputs of their own (``sft``'s and ``train``'s claims), which judge what is inside them.
 DEMO_WRITES = ("expert-demos/**", "base-model/**", "sft-model/", "rl/", "curves.png",
                "eval_*.md", "eval_*.json", "eval_*.csv", "summary.json", "results.md")
@@ -140,7 +140,7 @@ DEMO_WRITES = ("expert-demos/**", "base-model/**", "sft-model/", "rl/", "curves.
 def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
     """Run the whole pipeline in ``output_dir`` (claimed through the output guard); returns the
     before/after overall rows and timings."""
-    from paw_gym.outputs import claim_folder
+    from run_files.outputs import claim_folder
 
     check_demo_config(config)
     with claim_folder(config.output_dir, "demo", config.overwrite, writes=DEMO_WRITES):
@@ -150,7 +150,7 @@ def run_demo(config: DemoConfig, log=print) -> dict[str, Any]:
 def _run_demo(config: DemoConfig, out: Path, log) -> dict[str, Any]:
     import torch
 
-    from paw_gym.outputs import seal, staged, write_text_atomically
+    from run_files.outputs import seal, staged, write_text_atomically
     from training.evaluate import evaluate, load_policy, write_tables
     from training.infra.numerics import machine
     from training.warmstart.sft import SFTConfig, record_expert_demos, run_sft

@@ -113,7 +113,7 @@ def to_markdown(result: EvalResult, title: str | None = None) -> str:
 
 def write_tables(result: EvalResult, out_dir: str | Path, name: str = "eval") -> dict[str, Path]:
     """``<name>.md``, ``<name>.json`` and ``<name>.csv`` in ``out_dir``."""
-    from paw_gym.outputs import write_text_atomically
+    from run_files.outputs import write_text_atomically
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -142,7 +142,7 @@ def episode_record(trajectory: Trajectory, episode: int) -> dict[str, Any]:
 
 def write_trajectories(result: EvalResult, path: str | Path) -> Path:
     """Every episode of ``result`` as one JSON line (:func:`episode_record`)."""
-    from paw_gym.outputs import write_text_atomically
+    from run_files.outputs import write_text_atomically
 
     path = Path(path)
     write_text_atomically(path, "".join(
@@ -193,7 +193,7 @@ def load_policy(model: str | None = None, checkpoint: str | Path | None = None,
     in the checkpoint or adapter config), prompting with ``system_prompt``
     (:class:`agents.chat.ChatEncoder`)."""
     from agents.hf_policy import HFPolicy
-    from training.models import is_adapter_dir
+    from training.infra.checkpoint import is_adapter_dir
 
     if checkpoint is None:
         if model is None:

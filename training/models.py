@@ -6,11 +6,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-from pathlib import Path
 
 import torch
 
 from training.config import TrainConfig
+from training.infra.checkpoint import is_adapter_dir
 
 
 def torch_dtype(name: str):
@@ -22,10 +22,6 @@ def torch_dtype(name: str):
     except KeyError:
         raise ValueError(f"dtype={name!r} is not one of auto, float32, bfloat16, float16, "
                          f"float64") from None
-
-
-def is_adapter_dir(path: str | Path | None) -> bool:
-    return path is not None and Path(path, "adapter_config.json").is_file()
 
 
 #: Layer types peft's LoRA can wrap (by class name: transformers' GPT-2 ``Conv1D`` included).

@@ -11,7 +11,7 @@ Records live in memory and, when a ``path`` is given, are appended to disk as th
 ``path`` is a directory: each writing process gets its own shard file, so the recorders of an
 ``AsyncVectorEnv``'s workers never interleave. :meth:`WMReplay.load` reads every shard and part
 and reports (never silently drops) malformed records in ``replay.errors``
-(:mod:`paw_gym.data_files` holds the record schema).
+(:mod:`run_files.data_files` holds the record schema).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from paw_gym import outputs
-from paw_gym.data_files import (REPLAY_RECORD, BadRecord, check_rows, read_jsonl,
-                                report_bad)
+from run_files import outputs
+from run_files.data_files import (REPLAY_RECORD, BadRecord, check_rows, read_jsonl,
+                                  report_bad)
 
 SCHEMA_VERSION = 1
 
@@ -192,7 +192,7 @@ class WMReplay:
         """Read every shard (``*.jsonl``) and Parquet part under ``path`` (or one file).
 
         Every record goes through the one replay schema
-        (:data:`paw_gym.data_files.REPLAY_RECORD`: types, finite numbers). Malformed or
+        (:data:`run_files.data_files.REPLAY_RECORD`: types, finite numbers). Malformed or
         truncated records are skipped, collected in ``replay.errors`` and announced with one
         ``DataFileWarning`` giving their count and the first ``file:line``; ``strict=True``
         raises ``DataFileError`` (a ``ValueError``) instead.

@@ -32,7 +32,7 @@ from paw_gym.alfworld.generate import (
 from paw_gym.alfworld.scenes import SPLIT_DIRS, SPLITS
 from paw_gym.alfworld.tasks import TASK_TYPES
 from paw_gym.cache import alfworld_cache
-from paw_gym.data_files import DataFileError
+from run_files.data_files import DataFileError
 
 #: Games per task type and split in the cache built on first use (the CLI makes more).
 DEFAULT_CACHE_PER_TYPE = 3

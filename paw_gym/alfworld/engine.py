@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from paw_gym.cache import alfworld_cache
-from paw_gym.data_files import DataFileError
+from run_files.data_files import DataFileError
 
 #: Admissible commands that are never offered (the game's own help text is not an action).
 HIDDEN_COMMANDS = frozenset({"help"})

@@ -115,7 +115,7 @@ def verify(engine, game_file: Path, commands: list[str]) -> str | None:
 
 
 def _write_game(folder: Path, task: TaskSpec, trial: str, description: str, solvable: bool) -> Path:
-    from paw_gym.outputs import write_text_atomically  # recorded in the split's manifest
+    from run_files.outputs import write_text_atomically  # recorded in the split's manifest
 
     folder.mkdir(parents=True, exist_ok=True)
     game = pddl.game_json(task, trial, description, solvable)
@@ -131,7 +131,7 @@ def generate_split(config: GenerationConfig, split: str, engine=None, bar=None) 
 
     Returns ``(written, rejected)``. An existing complete split (manifest present) is kept.
     """
-    from paw_gym.outputs import claim_folder
+    from run_files.outputs import claim_folder
 
     root = split_dir(config.out, split)
     if is_complete(config, split):
@@ -144,7 +144,7 @@ def generate_split(config: GenerationConfig, split: str, engine=None, bar=None) 
 
 
 #: Where generating writes in a split's folder (the output guard refuses a user's entry there,
-#: ``paw_gym.outputs``; each file is recorded as it is written).
+#: ``run_files.outputs``; each file is recorded as it is written).
 SPLIT_FILES = (MANIFEST, IN_PROGRESS, "*/trial_paw_*/game.tw-pddl", "*/trial_paw_*/traj_data.json")
 
 
@@ -153,7 +153,7 @@ def _generate_split(config: GenerationConfig, split: str, root: Path, output, en
     """:func:`generate_split` into its claimed ``root``."""
     from paw_gym.alfworld.engine import ALFWorldEngine
 
-    from paw_gym.outputs import write_text_atomically
+    from run_files.outputs import write_text_atomically
 
     write_text_atomically(root / IN_PROGRESS, "")
     own_engine = engine is None

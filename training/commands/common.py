@@ -19,9 +19,9 @@ class UserError(Exception):
 def claim_output_folder(folder: str | Path, command: str, overwrite: bool,
                         flag: str = "--output_dir", writes=()):
     """A command's output folder, before any work: writable, and claimed through the output
-    guard (:func:`paw_gym.outputs.claim_folder`: ``writes`` as there); either mistake is one
+    guard (:func:`run_files.outputs.claim_folder`: ``writes`` as there); either mistake is one
     :class:`UserError`. The claim ends with the command (``training.cli``)."""
-    from paw_gym.outputs import OutputExists, claim_folder
+    from run_files.outputs import OutputExists, claim_folder
 
     check_writable(folder, flag)
     try:
@@ -32,8 +32,8 @@ def claim_output_folder(folder: str | Path, command: str, overwrite: bool,
 
 def claim_output_files(paths: list[Path], overwrite: bool, flag: str, folder_flag: str) -> None:
     """A command's output files (all in one folder), before any work: none there already unless
-    ``overwrite`` (:func:`paw_gym.outputs.claim_file`), and their folder writable."""
-    from paw_gym.outputs import OutputExists, claim_file
+    ``overwrite`` (:func:`run_files.outputs.claim_file`), and their folder writable."""
+    from run_files.outputs import OutputExists, claim_file
 
     try:
         for path in paths:

@@ -108,7 +108,7 @@ def checkpoint_state(checkpoint: str | None) -> dict[str, Any]:
     """A trainer checkpoint's ``state.json`` (its ``step`` and the TrainConfig it was trained
     with, ``config``) through its schema (a damaged one is a ``DataFileError`` naming it), or
     {} for anything else."""
-    from paw_gym.data_files import read_checkpoint_state
+    from training.infra.data_files import read_checkpoint_state
 
     if checkpoint is None or not (Path(checkpoint) / "state.json").is_file():
         return {}

@@ -103,7 +103,8 @@ def trained_wm_settings(checkpoint: str | None) -> dict:
     from training.commands.common import UserError
     from dataclasses import fields
 
-    from paw_gym.data_files import DataFileError, read_wm_config
+    from run_files.data_files import DataFileError
+    from training.infra.data_files import read_wm_config
     from training.world_model.config import WorldModelConfig
 
     path = Path(checkpoint or "") / "wm_config.json"
@@ -126,7 +127,8 @@ def checkpoint_wm_context(checkpoint: str | None, trained: dict) -> str:
         return trained["wm_context"]
     if checkpoint and state.is_file():
         from training.commands.common import UserError
-        from paw_gym.data_files import DataFileError, read_checkpoint_state
+        from run_files.data_files import DataFileError
+        from training.infra.data_files import read_checkpoint_state
 
         try:
             config = read_checkpoint_state(state).get("config") or {}

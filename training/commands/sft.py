@@ -38,7 +38,7 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     from training.commands.common import UserError, claim_output_folder
-    from paw_gym.outputs import MODEL_FILES
+    from run_files.outputs import MODEL_FILES
     from training.preflight import (PreflightError, check_env, check_expert, check_model,
                                     check_writable)
     from training.commands.flags import arguments_from

@@ -23,9 +23,10 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from paw_gym.data_files import DataFileError, read_checkpoint_state
-from paw_gym.outputs import (IncompleteOutput, IntegrityError, check_folder, verify_output,
-                             write_text_atomically)
+from run_files.data_files import DataFileError
+from run_files.outputs import (IncompleteOutput, IntegrityError, check_folder, verify_output,
+                               write_text_atomically)
+from training.infra.data_files import read_checkpoint_state
 from training.infra.metrics_log import run_folder
 
 STEP_PREFIX = "step-"
@@ -57,6 +58,12 @@ class CheckpointWriteError(OSError):
 WEIGHT_SETTINGS = ("model", "lora", "lora_r", "lora_target_modules", "sharding", "algo")
 
 
+def is_adapter_dir(path: str | Path | None) -> bool:
+    """Whether the folder ``path`` holds a peft (LoRA) adapter rather than a whole model (a
+    checkpoint's ``model/``, a saved adapter)."""
+    return path is not None and Path(path, "adapter_config.json").is_file()
+
+
 def checkpoints_newest_first(output_dir: str | Path) -> list[Path]:
     """The complete checkpoints (with a ``state.json``) under ``output_dir``, newest first
     (only folders named as a run names them: :data:`STEP_NAME`)."""
@@ -69,8 +76,8 @@ def checkpoints_newest_first(output_dir: str | Path) -> list[Path]:
 def verify_checkpoint(path: str | Path, hashes: bool = True) -> dict[str, Any]:
     """The checkpoint's state, once its weight files match the sizes and sha256 its run's
     manifest recorded, its ``state.json`` matches its schema
-    (:data:`paw_gym.data_files.CHECKPOINT_STATE`) and every safetensors file in it has an intact
-    header covering its data; a damaged file is a :class:`CheckpointError` naming it.
+    (:data:`training.infra.data_files.CHECKPOINT_STATE`) and every safetensors file in it has an
+    intact header covering its data; a damaged file is a :class:`CheckpointError` naming it.
     ``hashes=False`` leaves the sha256 to the load that follows (``eval`` reads the model only,
     and its load checks it)."""
     path = Path(path)
@@ -124,7 +131,7 @@ def check_safetensors(files) -> None:
 
 
 def write_json_atomically(path: Path, payload: Any) -> None:
-    """Write JSON through :func:`paw_gym.outputs.write_text_atomically`."""
+    """Write JSON through :func:`run_files.outputs.write_text_atomically`."""
     write_text_atomically(path, json.dumps(payload))
 
 
@@ -148,7 +155,7 @@ def latest_intact_checkpoint(output_dir: str | Path) -> Path | None:
 
 def set_aside(output, path: Path) -> Path:
     """Move the damaged checkpoint ``path`` of the claimed run folder ``output``
-    (:class:`paw_gym.outputs.Output`) aside whole, as ``<name>.damaged-<time>``, before the run
+    (:class:`run_files.outputs.Output`) aside whole, as ``<name>.damaged-<time>``, before the run
     writes that step again: nothing in it is deleted (a damaged file is not provably paw-gym's,
     and its intact files are the evidence), and from then on it is the user's. The caller says
     so in one line. Returns the new path."""
@@ -176,7 +183,7 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, str | None]:
 
 def train_writes(config) -> tuple[str, ...]:
     """Where a run of ``config`` writes in its output_dir: the output guard
-    (:mod:`paw_gym.outputs`) refuses, before any work, a user's entry there; each file is
+    (:mod:`run_files.outputs`) refuses, before any work, a user's entry there; each file is
     recorded by its own path as it is written."""
     writes = ["config.yaml", *(f"config.before-{step}.yaml" for step in STEP_PATTERNS),
               "metrics.jsonl", "curves.png",
@@ -197,8 +204,6 @@ def check_model_override(checkpoint: Path, model: str | None) -> None:
     """A ``--model`` given with a ``--checkpoint`` that holds a whole model (its weights and
     tokenizer: the model evaluated is its own) would do nothing and be named in the results:
     a ValueError. A LoRA adapter's checkpoint takes it as its base model."""
-    from training.models import is_adapter_dir
-
     if model is None:
         return
     folder = checkpoint / "model" if (checkpoint / "model").is_dir() else checkpoint
@@ -213,7 +218,7 @@ def check_output_dir(config, resume: bool | str | Path) -> None:
     """Refuse, before any work, to start a new run where anything is (a new run's checkpoint
     pruning would delete its own checkpoints in favour of an old run's higher steps, and a
     later ``--resume`` would load the old run), a user's entry where the run writes, and a
-    folder another command is writing (:func:`paw_gym.outputs.check_folder`); with
+    folder another command is writing (:func:`run_files.outputs.check_folder`); with
     ``resume`` (True: the latest checkpoint; or a checkpoint folder), a checkpoint saved with
     other :data:`WEIGHT_SETTINGS` than ``config``'s."""
     check_folder(config.output_dir, "train", config.overwrite, writes=train_writes(config),
@@ -319,7 +324,7 @@ def load_trainable_weights(model, path: Path) -> None:
 
 def prune(output, keep: int, also: Sequence[str | Path] = ()) -> None:
     """Delete all but the ``keep`` most recent checkpoints of the claimed run folder
-    ``output`` (:class:`paw_gym.outputs.Output`) and the checkpoints ``also`` (the run's best
+    ``output`` (:class:`run_files.outputs.Output`) and the checkpoints ``also`` (the run's best
     and those waiting for their score, :mod:`training.infra.collapse`): the files it recorded,
     nothing else."""
     kept = {Path(path).name for path in also}

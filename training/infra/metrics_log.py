@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from paw_gym import outputs
-from paw_gym.outputs import write_text_atomically
-from paw_gym.data_files import read_metrics_file
+from run_files import outputs
+from run_files.outputs import write_text_atomically
+from training.infra.data_files import read_metrics_file
 
 #: Curves drawn by :func:`training.infra.plots.plot_curves` (the paper's training-dynamics figures), when logged and
 #: not constant. Validation metrics share their training metric's panel where it has one.
@@ -24,7 +24,7 @@ class MetricsLogger:
 
     On resume the file is cut back to the steps before ``start_step`` so a resumed run's file
     reads exactly like an uninterrupted one. In a folder claimed through the output guard
-    (:mod:`paw_gym.outputs`), every file is recorded as paw-gym's: ``metrics.jsonl`` sealed
+    (:mod:`run_files.outputs`), every file is recorded as paw-gym's: ``metrics.jsonl`` sealed
     after each line, TensorBoard's event file when it is made, and the files W&B wrote into
     ``<dir>/wandb`` when the run closes.
     """
@@ -104,7 +104,7 @@ def run_folder(path: str | Path) -> Path:
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The step records of a ``metrics.jsonl`` ([] when there is none), through the one
-    metrics schema (:data:`paw_gym.data_files.METRICS_RECORD`: an integer ``step`` >= 0,
+    metrics schema (:data:`training.infra.data_files.METRICS_RECORD`: an integer ``step`` >= 0,
     scalar values). Lines that are not such a record (cut by a kill, or damaged) are skipped
     with one ``DataFileWarning`` giving their count and the first ``file:line``."""
     path = Path(path)

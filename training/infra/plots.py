@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from paw_gym.outputs import atomic_file
+from run_files.outputs import atomic_file
 from training.infra.metrics_log import CURVES, read_metrics, run_folder
 
 if TYPE_CHECKING:

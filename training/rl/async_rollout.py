@@ -431,9 +431,9 @@ def rollouts_to_json(rollouts: list[Rollout]) -> str:
 
 def read_rollouts_ahead(path: str | os.PathLike) -> list[Rollout]:
     """A checkpoint's ``rollouts-ahead.json`` (``path``: the file), checked against
-    :data:`paw_gym.data_files.ROLLOUTS_AHEAD`: a ``DataFileError`` (a ``ValueError``)
+    :data:`training.infra.data_files.ROLLOUTS_AHEAD`: a ``DataFileError`` (a ``ValueError``)
     ``file:line: reason`` names the bad field and what is accepted."""
-    from paw_gym.data_files import read_rollouts_ahead_file
+    from training.infra.data_files import read_rollouts_ahead_file
 
     return _rollouts(read_rollouts_ahead_file(path))
 

@@ -259,7 +259,7 @@ def run_pretrain(config: PretrainConfig) -> tuple[Path, list[dict[str, Any]]]:
         if step % every == 0 or step == config.steps:
             history.append({"step": step, "loss": loss_sum / since})
             loss_sum, since = 0.0, 0
-    from paw_gym.outputs import staged
+    from run_files.outputs import staged
 
     out = Path(config.output_dir)
     with staged(out) as folder:

@@ -106,7 +106,7 @@ def load_examples(policy, replay_dir: str | Path, successful_only: bool, max_seq
 def run_sft(config: SFTConfig) -> tuple[Path, list[dict[str, Any]]]:
     """Fine-tune and save to ``config.output_dir`` (claimed through the output guard, written
     atomically); returns the path and per-epoch metrics."""
-    from paw_gym.outputs import MODEL_FILES, claim_folder
+    from run_files.outputs import MODEL_FILES, claim_folder
 
     with claim_folder(config.output_dir, "sft", config.overwrite, writes=MODEL_FILES) as output:
         history = _fine_tune(config, output)

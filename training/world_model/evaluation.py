@@ -96,8 +96,8 @@ def write_predictions(records: Sequence[dict[str, Any]], path: str | Path) -> Pa
 
 def read_predictions(path: str | Path) -> list[dict[str, Any]]:
     """The records of a predictions file, through the one predictions schema
-    (:data:`paw_gym.data_files.PREDICTION_RECORD`); a ``DataFileError`` (a
+    (:data:`training.infra.data_files.PREDICTION_RECORD`); a ``DataFileError`` (a
     ``ValueError``) names the first bad ``file:line``, or says the file is empty."""
-    from paw_gym.data_files import read_predictions_file
+    from training.infra.data_files import read_predictions_file
 
     return read_predictions_file(path)

@@ -44,7 +44,7 @@ def record_replay(env_id: str, agent_name: str, episodes: int, out_dir: str | Pa
 
 
 #: Where ``train-wm`` writes in its output_dir (the output guard refuses a user's entry there,
-#: :mod:`paw_gym.outputs`): all in place but model/ (staged).
+#: :mod:`run_files.outputs`): all in place but model/ (staged).
 WM_WRITES = ("wm_config.json", "metrics.jsonl", "curves.png", "model/**", "replay/**")
 
 
@@ -52,8 +52,8 @@ def train_world_model(config: WorldModelConfig) -> tuple[Path, list[dict[str, An
     """Train ``config.method`` on the training part of ``config.replay``; save the model (or
     adapter) and tokenizer to ``<output_dir>/model``, the config to ``wm_config.json``, the
     metrics to ``metrics.jsonl`` and ``curves.png``, in the folder claimed through the output
-    guard (``paw_gym.outputs``). Returns the model folder and the metrics."""
-    from paw_gym.outputs import claim_folder
+    guard (``run_files.outputs``). Returns the model folder and the metrics."""
+    from run_files.outputs import claim_folder
 
     with claim_folder(config.output_dir, "train-wm", config.overwrite, writes=WM_WRITES):
         return _train_world_model(config)
@@ -62,7 +62,7 @@ def train_world_model(config: WorldModelConfig) -> tuple[Path, list[dict[str, An
 def _train_world_model(config: WorldModelConfig) -> tuple[Path, list[dict[str, Any]]]:
     import torch
 
-    from paw_gym.outputs import staged, write_text_atomically
+    from run_files.outputs import staged, write_text_atomically
     from paw_gym.progress import progress_bar
     from training.infra.metrics_log import MetricsLogger
     from training.infra.plots import plot_curves

@@ -1,39 +1,32 @@
-"""Every data file a paw-gym command reads, through one schema per file kind.
+"""The schema every paw-gym data file is read through, and the replay record.
 
-Each kind's fields are declared once below (:class:`Record` of :class:`Field`: name, type,
-finite numbers, bounds, required or optional) and every reader of that kind validates through
+Each kind's fields are declared once (:class:`Record` of :class:`Field`: name, type, finite
+numbers, bounds, required or optional) and every reader of that kind validates through
 :func:`check` and :func:`read_jsonl` / :func:`read_json`. A bad record is never used silently
 and never a traceback; what happens to it depends on how the kind is written:
 
 * **JSON Lines logs, appended record by record** — skipped, with one warning
   (:class:`DataFileWarning`) giving the count and the first bad ``file:line`` and why. A killed
-  writer can leave a torn last line, and the other records are still good:
-
-  - replay records (``WMReplay`` shards, ``*.jsonl`` and Parquet parts; every command that reads
-    a replay: ``sft``, ``train-wm``, ``eval-wm``, ``pretrain``, ``demo``) —
-    :data:`REPLAY_RECORD`. ``WMReplay.load(strict=True)`` refuses instead.
-    The record schema is open by contract (``wrappers.record.transition_record`` adds the
-    action's metadata and any caller's fields, e.g. the trainer's ``update``, ``group``): an
-    unknown field is kept, but every field a reader uses is declared and checked;
-  - ``metrics.jsonl`` (``paw-gym plot``, ``read_metrics``, a resumed run's history) —
-    :data:`METRICS_RECORD`: an integer ``step`` >= 0 and scalar metric values (NaN is the
-    writer's "no reading", e.g. ``grad_norm`` of an update that took no step; plots skip it).
-
+  writer can leave a torn last line, and the other records are still good.
 * **Files written whole** — refused with :class:`DataFileError` (a ``ValueError``) whose
   message starts ``file:line:`` and names the bad key and what is accepted; a half-read
-  setting would silently change what the command does. Unknown keys are refused:
+  setting would silently change what the command does. Unknown keys are refused.
 
-  - ``wm_config.json`` of a ``train-wm`` output (``eval-wm``) — :data:`WM_CONFIG`;
-  - a checkpoint's ``state.json`` (``--resume``, ``eval``, ``eval-wm``) —
-    :data:`CHECKPOINT_STATE`, read by :func:`read_checkpoint_state`;
-  - a checkpoint's ``rollouts-ahead.json`` (``--resume`` of an ``async_rollouts`` run) —
-    :data:`ROLLOUTS_AHEAD`, read by :func:`training.rl.async_rollout.read_rollouts_ahead`;
-  - an ``eval-wm`` predictions file (``--from_predictions``; JSON Lines, but a table from part
-    of it would be a wrong table) — :data:`PREDICTION_RECORD`, refused at the first bad line.
+The kind declared here is the one the layers below the trainer read: replay records
+(``WMReplay`` shards, ``*.jsonl`` and Parquet parts; every command that reads a replay:
+``sft``, ``train-wm``, ``eval-wm``, ``pretrain``, ``demo``) — :data:`REPLAY_RECORD`, a log
+(``WMReplay.load(strict=True)`` refuses instead). The record schema is open by contract
+(``wrappers.record.transition_record`` adds the action's metadata and any caller's fields, e.g.
+the trainer's ``update``, ``group``): an unknown field is kept, but every field a reader uses is
+declared and checked. The trainer's own kinds (``metrics.jsonl``, a checkpoint's
+``state.json`` and ``rollouts-ahead.json``, ``wm_config.json``, ``eval-wm`` predictions) are
+declared in :mod:`training.infra.data_files` with this schema. :class:`DataFileError` is also
+what an env raises for a data file it refuses (an ALFWorld game file), so every command prints
+it as one line.
 
 A JSON line that parses but lacks its newline (the last line) is a complete record; one that
-does not parse is "truncated". This module is plain Python (no torch), so ``wrappers`` can read
-replays through it.
+does not parse is "truncated". This module is plain Python (no torch) and imports nothing of
+paw-gym, so every layer can read through it.
 """
 
 from __future__ import annotations
@@ -129,7 +122,8 @@ class Record:
         return tuple(f.name for f in self.fields) + self.known
 
 
-def _number(name: str, required: bool = True, **bounds: Any) -> Field:
+def number_field(name: str, required: bool = True, **bounds: Any) -> Field:
+    """A ``"number"`` field (finite unless ``finite=False``; ``bounds``: :class:`Field`'s)."""
     return Field(name, "number", required, **bounds)
 
 
@@ -140,7 +134,7 @@ REPLAY_RECORD = Record("replay record", (
     Field("h", "str"),
     Field("a", "str"),
     Field("o_next", "str"),
-    _number("reward"),
+    number_field("reward"),
     Field("terminated", "bool"),
     Field("truncated", "bool"),
     Field("task_id", "str"),
@@ -151,133 +145,17 @@ REPLAY_RECORD = Record("replay record", (
     Field("invalid_action", "bool", required=False, nullable=True),
     Field("parsed_action", "str", required=False, nullable=True),
     # PolicyAction metadata (agents.rollout, agents.types.Trajectory.to_records)
-    _number("action_entropy", required=False, nullable=True),
+    number_field("action_entropy", required=False, nullable=True),
     Field("prompt_ids", "list", required=False, items="int", nullable=True),
     Field("response_ids", "list", required=False, items="int", nullable=True),
     # the trainer's and eval's fields (PaWTrainer._record_rollout, evaluate.write_replay)
     Field("source", "str", required=False, nullable=True),
     Field("update", "int", required=False, minimum=0, nullable=True),
     Field("group", "int", required=False, minimum=0, nullable=True),
-    _number("lambda_g", required=False, nullable=True),
+    number_field("lambda_g", required=False, nullable=True),
     Field("wm_selected", "bool", required=False, nullable=True),
-    _number("advantage", required=False, nullable=True),
+    number_field("advantage", required=False, nullable=True),
 ), extra="keep")
-
-#: One step of ``metrics.jsonl`` (``training.infra.metrics_log.MetricsLogger``): metric names
-#: are open, their values scalars.
-METRICS_RECORD = Record("metrics record", (Field("step", "int", minimum=0),), extra="scalar")
-
-#: One line of an ``eval-wm`` predictions file (``training.world_model.evaluation.predict``).
-PREDICTION_RECORD = Record("predictions record", (
-    Field("target", "str"),
-    Field("task_type", "str"),
-    Field("predictions", "list", items="str"),
-    Field("h", "str", required=False),
-    Field("a", "str", required=False),
-    Field("answers", "list", required=False, items="str"),
-    Field("episode_id", "str", required=False),
-), extra="keep")
-
-#: ``config`` in ``wm_config.json``: the train-wm settings eval-wm reads, typed; the rest of
-#: ``asdict(WorldModelConfig)`` is recorded, not read (its names: :func:`_wm_config_schema`).
-_WM_SETTINGS = (
-    Field("method", "str", choices=("rwml", "sft", "cmae")),
-    Field("seed", "int", minimum=0),
-    _number("val_fraction", minimum=0, below=1),
-    Field("wm_context", "str", required=False, choices=("next_turn", "end_of_turn", "none")),
-    Field("replay", "str", required=False, nullable=True),
-)
-
-#: ``rng`` (and each ``rank_rng`` item) of ``state.json``: ``training.infra.checkpoint.rng_state``.
-_RNG = Record("RNG state", (Field("python", "list"), Field("numpy", "list")))
-
-#: A checkpoint's ``state.json`` (``PaWTrainer.save_checkpoint``).
-CHECKPOINT_STATE = Record("checkpoint state", (
-    Field("step", "int", minimum=0),
-    Field("scheduler", "object"),
-    Field("rng", _RNG),
-    Field("skipped_updates", "int", required=False, minimum=0),
-    Field("world_size", "int", required=False, minimum=1),
-    Field("rank_rng", "list", required=False, items=_RNG),
-    # asdict(TrainConfig): recorded; the one setting read from it (eval-wm) is typed
-    Field("config", Record("trainer config", (
-        Field("wm_context", "str", required=False, choices=("next_turn", "end_of_turn", "none")),
-    ), extra="keep"), required=False),
-    Field("rollouts_ahead", Record("rollouts_ahead", (
-        Field("max_staleness", "int", minimum=0),
-        Field("steps", "list", items="int"),
-    )), required=False),
-    # training.infra.collapse.CollapseWatch.state()
-    Field("collapse", Record("collapse", (
-        _number("best_rate", minimum=0, maximum=1),
-        Field("best_rate_at", "int", minimum=0),
-        Field("best_checkpoint", "str", nullable=True),
-        _number("best_score", minimum=-1, maximum=1),
-        Field("waiting", "list", items="list"),
-        Field("failing", "list", items="int"),
-        Field("said", "bool"),
-    )), required=False),
-    # training.infra.numerics.machine(): where the checkpoint was made; recorded, not read
-    Field("machine", "object", required=False),
-))
-
-_POLICY_OUTPUT = Record("policy output", (
-    Field("text", "str"),
-    Field("prompt_ids", "list", items="int"),
-    Field("response_ids", "list", items="int"),
-    # A sampled token's log-probability can underflow to -inf; NaN is still refused.
-    Field("logprobs", "list", items="number", finite=False),
-    Field("entropies", "list", items="number"),
-    Field("finish_reason", "str"),
-    Field("prompt_truncated", "bool"),
-))
-_TRANSITION = Record("transition", (
-    Field("prompt", "str"),
-    Field("output", _POLICY_OUTPUT),
-    Field("action", "str"),
-    Field("next_observation", "str"),
-    _number("reward"),
-    Field("terminated", "bool"),
-    Field("truncated", "bool"),
-    Field("invalid_action", "bool"),
-    Field("info", "object"),
-    _number("format_penalty"),
-))
-_TRAJECTORY = Record("trajectory", (
-    Field("task_id", "str"),
-    Field("task_type", "str"),
-    Field("group_index", "int", minimum=0),
-    Field("transitions", "list", items=_TRANSITION),
-    Field("won", "bool"),
-    Field("initial_observation", "str"),
-))
-#: One rollout sampled ahead (``training.rl.async_rollout.Rollout``); the file is a list of them.
-ROLLOUT = Record("rollout", (
-    Field("step", "int", minimum=0),
-    Field("version", "int", minimum=0),
-    Field("trajectories", "list", items=_TRAJECTORY),
-    _number("seconds", minimum=0),
-))
-#: ``rollouts-ahead.json``: a list of :data:`ROLLOUT`.
-ROLLOUTS_AHEAD = Field("rollouts-ahead.json", "list", items=ROLLOUT)
-
-
-def _wm_config_schema(settings: Sequence[str]) -> Record:
-    """``wm_config.json`` (``training.world_model.train.train_world_model``): ``config`` knows
-    ``settings``, the fields of ``training.world_model.config.WorldModelConfig``."""
-    typed = {f.name for f in _WM_SETTINGS}
-    recorded = tuple(name for name in settings if name not in typed)
-    return Record("wm_config.json", (
-        Field("config", Record("train-wm config", _WM_SETTINGS, known=recorded)),
-        Field("replay", "str"),
-        Field("split_key", "str", required=False),  # absent: an earlier, id-keyed train-wm
-        Field("train_examples", "int", required=False, minimum=0),
-        Field("val_examples", "int", required=False, minimum=0),
-        # the easy filter's statistics (training.world_model.too_easy.filter_too_easy)
-        _number("easy_fraction", required=False, minimum=0, maximum=1),
-        Field("kept", "int", required=False, minimum=0),
-        Field("examples", "int", required=False, minimum=0),
-    ))
 
 
 # -- validation ------------------------------------------------------------------------------
@@ -450,24 +328,6 @@ def report_bad(bad: Sequence[BadRecord], schema: Record, where: str | os.PathLik
     warnings.warn(message, DataFileWarning, stacklevel=stacklevel + 1)
 
 
-def read_metrics_file(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The step records of a ``metrics.jsonl`` (:data:`METRICS_RECORD`); bad lines are
-    skipped with one :class:`DataFileWarning`."""
-    records, bad = read_jsonl(path, METRICS_RECORD)
-    report_bad(bad, METRICS_RECORD, path, stacklevel=3)
-    return records
-
-
-def read_predictions_file(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The records of an ``eval-wm`` predictions file (:data:`PREDICTION_RECORD`);
-    :class:`DataFileError` at the first bad line, or when there is none."""
-    records, _ = read_jsonl(path, PREDICTION_RECORD, strict=True)
-    if not records:
-        raise DataFileError(path, 0, "the predictions file is empty",
-                            f"predictions file {str(path)!r} is empty")
-    return records
-
-
 # -- JSON files written whole ----------------------------------------------------------------
 
 def read_json(path: str | os.PathLike, schema: Record | Field) -> Any:
@@ -591,23 +451,3 @@ def _parse_with_lines(text: str) -> tuple[Any, _Lines]:
     start = len(text) - len(text.lstrip())
     value, _ = scan(text, start)
     return value, lines
-
-
-def read_wm_config(path: str | os.PathLike, settings: Sequence[str]) -> dict[str, Any]:
-    """A ``train-wm`` output's ``wm_config.json``, checked (:func:`_wm_config_schema`; its
-    ``config`` may hold the names in ``settings``, ``WorldModelConfig``'s fields)."""
-    return read_json(path, _wm_config_schema(settings))
-
-
-def read_checkpoint_state(path: str | os.PathLike) -> dict[str, Any]:
-    """A checkpoint's ``state.json`` (``path``: the file or its checkpoint folder), checked
-    against :data:`CHECKPOINT_STATE`; :class:`DataFileError` ``file:line: reason`` naming the
-    bad key and what is accepted."""
-    path = Path(path)
-    return read_json(path / "state.json" if path.is_dir() else path, CHECKPOINT_STATE)
-
-
-def read_rollouts_ahead_file(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """A checkpoint's ``rollouts-ahead.json`` as checked plain data (:data:`ROLLOUTS_AHEAD`);
-    :func:`training.rl.async_rollout.read_rollouts_ahead` builds the rollouts."""
-    return read_json(path, ROLLOUTS_AHEAD)
