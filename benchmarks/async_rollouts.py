@@ -285,15 +285,15 @@ REPLAYS: dict[str, dict[str, Any]] = {
 
 def _state(trainer) -> dict[str, Any]:
     return copy.deepcopy({"model": trainer.model.state_dict(),
-                          "optimizer": trainer.optimizer.state_dict(),
-                          "scheduler": trainer.scheduler.state_dict()})
+                          "optimizer": trainer.updater.optimizer.state_dict(),
+                          "scheduler": trainer.updater.scheduler.state_dict()})
 
 
 def _success(trainer, step: int) -> float:
     """Success of rollout ``step``'s tasks and seeds sampled with the trainer's weights."""
     from training.infra.seeding import seed_everything
 
-    request = trainer._rollout_request(step)
+    request = trainer.sampler.request(step)
     seed_everything(request.step_seed)
     trajectories = trainer.collect(trainer.policy, request.task_seeds, request.group_size,
                                    request.temperature, request.sampling_seed)
@@ -312,7 +312,7 @@ def _token_classes(trainer, trajectories, epsilon: float) -> dict[str, dict[str,
 
     batch = build_batch(copy.deepcopy(trajectories), trainer.serializer, trainer.config)
     sampled = [list(s.old_logprobs) for s in batch.samples]
-    trainer._apply_rollout_correction(batch)
+    trainer.updater.score_correction(batch)
     ratios = [[math.exp(a - b) for a, b in zip(s.old_logprobs, mu)]
               for s, mu in zip(batch.samples, sampled)]
     weights = [list(s.is_weights) for s in batch.samples]
@@ -323,7 +323,7 @@ def _token_classes(trainer, trajectories, epsilon: float) -> dict[str, dict[str,
         "A < 0, r > 1 + ε": lambda a, r: a < 0 and r > 1 + epsilon,
         "every action token": lambda a, r: True,
     }
-    settings = copy.copy(trainer.settings)
+    settings = copy.copy(trainer.updater.settings)
     settings.paw = False
     rows = list(range(len(batch.samples)))
     w_rl, w_wm = objective_weights(batch.samples, batch.selected, batch.group_lambda, settings)
@@ -334,7 +334,7 @@ def _token_classes(trainer, trajectories, epsilon: float) -> dict[str, dict[str,
         for s, w, k in zip(batch.samples, weights, keep):
             s.is_weights = [x * m for x, m in zip(w, k)]
         trainer.model.zero_grad()
-        for micro in trainer._micro_batches(batch, rows):
+        for micro in trainer.updater.micro_batches(batch, rows):
             mb = collate(batch.samples, micro, trainer.policy.pad_id, trainer.device)
             loss, _ = micro_batch_loss(trainer.model, mb, w_rl[micro], w_wm[micro], settings)
             loss.backward()
@@ -394,10 +394,10 @@ def replay(seed: int = 2, staleness: int = 1, updates: int = 20,
         # a copy: the optimizer takes the state's tensors as they are and steps them in place
         state = copy.deepcopy(states[broke])
         replayed.model.load_state_dict(state["model"])
-        replayed.optimizer.load_state_dict(state["optimizer"])
-        replayed.scheduler.load_state_dict(state["scheduler"])
-        replayed.step = broke
-        request = replayed._rollout_request(broke)
+        replayed.updater.optimizer.load_state_dict(state["optimizer"])
+        replayed.updater.scheduler.load_state_dict(state["scheduler"])
+        replayed.run_state.step = broke
+        request = replayed.sampler.request(broke)
         seed_everything(request.step_seed)
         trajectories = (replayed.collect(replayed.policy, request.task_seeds,
                                          request.group_size, request.temperature,

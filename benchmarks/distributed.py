@@ -162,7 +162,7 @@ def record_gradients(trainer) -> list[dict]:
         steps.append({n: whole(p.grad).detach().cpu().clone() for n, p in named
                       if p.grad is not None})
 
-    trainer.optimizer.register_step_pre_hook(keep)
+    trainer.updater.optimizer.register_step_pre_hook(keep)
     return steps
 
 
@@ -172,9 +172,9 @@ def trained_parameters(trainer) -> dict:
 
     params = {f"policy.{n}": whole(p).detach().cpu().clone()
               for n, p in trainer.model.named_parameters() if p.requires_grad}
-    if trainer.critic is not None:
+    if trainer.updater.critic is not None:
         params.update({f"critic.{n}": whole(p).detach().cpu().clone()
-                       for n, p in trainer.critic.named_parameters()})
+                       for n, p in trainer.updater.critic.named_parameters()})
     return params
 
 
@@ -193,11 +193,11 @@ def held_bytes(trainer) -> dict:
         return [v for state in optimizer.state.values() for v in state.values()
                 if torch.is_tensor(v) and v.dim() > 0]  # not the scalar step counts
 
-    critic = (size(trainer.critic.parameters()) + size(states(trainer.critic_optimizer))
-              if trainer.critic is not None else 0)
+    critic = (size(trainer.updater.critic.parameters()) + size(states(trainer.updater.critic_optimizer))
+              if trainer.updater.critic is not None else 0)
     return {"weights": size(trainer.model.parameters()),
-            "optimizer": size(states(trainer.optimizer)),
-            "sampler": size(trainer.sampler.model.parameters()) if trainer.sampler else 0,
+            "optimizer": size(states(trainer.updater.optimizer)),
+            "sampler": size(trainer.sampler.copy.model.parameters()) if trainer.sampler.copy else 0,
             "critic": critic,
             "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 

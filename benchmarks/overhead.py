@@ -139,17 +139,17 @@ class PhaseTimer:
         self.optimize = Span()
         if not PhaseTimer._patched:
             from training.rl.objective import HeadTargetLogprobs
-            import training.trainer as trainer_module
+            import training.rl.update as update_module
 
-            trainer_module.micro_batch_loss = timed(trainer_module.micro_batch_loss,
-                                                    lambda: PhaseTimer.forward)
+            update_module.micro_batch_loss = timed(update_module.micro_batch_loss,
+                                                   lambda: PhaseTimer.forward)
             # autograd looks both up on the class at call time
             for name in ("forward", "backward"):
                 method = getattr(HeadTargetLogprobs, name)
                 setattr(HeadTargetLogprobs, name,
                         staticmethod(timed(method, lambda: PhaseTimer.head)))
             PhaseTimer._patched = True
-        trainer._optimize = timed(trainer._optimize, lambda: self.optimize)
+        trainer.updater.optimize = timed(trainer.updater.optimize, lambda: self.optimize)
 
     def reset(self):
         PhaseTimer.forward = Span()

@@ -148,7 +148,7 @@ REPLAY_RECORD = Record("replay record", (
     number_field("action_entropy", required=False, nullable=True),
     Field("prompt_ids", "list", required=False, items="int", nullable=True),
     Field("response_ids", "list", required=False, items="int", nullable=True),
-    # the trainer's and eval's fields (PaWTrainer._record_rollout, evaluate.write_replay)
+    # the trainer's and eval's fields (training.rl.rollout_replay.record_update, evaluate.write_replay)
     Field("source", "str", required=False, nullable=True),
     Field("update", "int", required=False, minimum=0, nullable=True),
     Field("group", "int", required=False, minimum=0, nullable=True),

@@ -185,7 +185,7 @@ KILLED_RUN = textwrap.dedent("""
         def update_then_die(trajectories):
             if trainer.step == 2:  # inside update 3, after checkpoint 2
                 with open(sys.argv[2], "w") as pid:
-                    pid.write(str(trainer._async._process.pid))
+                    pid.write(str(trainer.sampler.worker._process.pid))
                 os.kill(os.getpid(), signal.SIGKILL)
             return update(trajectories)
 

@@ -96,7 +96,7 @@ def test_the_trainers_rollouts_and_its_replay(tiny_model_dir, tmp_path):
 
     trainer = PaWTrainer(train_config(tiny_model_dir, tmp_path))
     trainer.train()
-    check_first_prompts(trainer._last_batch.trajectories, trainer.tokenizer)
+    check_first_prompts(trainer.updater.last_batch.trajectories, trainer.tokenizer)
     records = WMReplay.load(tmp_path / "run" / "replay").records
     assert check_first_records(records, trainer.tokenizer) == 4
 

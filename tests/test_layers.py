@@ -31,12 +31,13 @@ TRAINING_LEVELS = (
     ("training.infra",),
     # the run's settings and the model it trains
     ("training.config", "training.models"),
-    # advantages, losses, the batch, the objective, the correction, async rollouts, the critic
+    # advantages, losses, the batch, the objective, the correction, async rollouts, the critic;
+    # the trainer's parts: one update, the sampler, the replay recording
     ("training.rl",),
     # what stands on the RL parts: world models, warm starts
     ("training.world_model", "training.warmstart"),
-    # what a run checks before and plays after: preflight, evaluation
-    ("training.evaluate", "training.preflight"),
+    # what a run checks before and plays after: preflight, evaluation; the run's state on disk
+    ("training.evaluate", "training.preflight", "training.run_state"),
     # the trainer and the runs built on it
     ("training.trainer", "training.demo", "training.presets"),
     # the entry points: the CLI and its commands, the TRL integration, the package's re-exports

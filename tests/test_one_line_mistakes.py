@@ -85,15 +85,15 @@ def test_a_resume_in_another_numerics_mode_says_so(tiny_model_dir, tmp_path, mon
     trainer = PaWTrainer(TrainConfig(model=str(tiny_model_dir), env_id="Test/GuessNumber-v0",
                                      output_dir=str(tmp_path / "run"), device="cpu",
                                      progress=False))
-    trainer.resumed_from = tmp_path / "run" / "checkpoints" / "step-000002"
-    trainer.resumed_machine = {"numerics": "native"}
+    trainer.run_state.resumed_from = tmp_path / "run" / "checkpoints" / "step-000002"
+    trainer.run_state.resumed_machine = {"numerics": "native"}
     for name, value in MODES["portable"].items():
         monkeypatch.setenv(name, value)
-    trainer._announce_resume(tmp_path / "run")
+    trainer.run_state.announce_resume(tmp_path / "run")
     err = capsys.readouterr().err
     assert "warning: step-000002 was computed in 'native' numerics mode and this run computes " \
            "in 'portable' (PAW_GYM_NUMERICS)" in err
     for name in MODES["portable"]:
         monkeypatch.delenv(name, raising=False)
-    trainer._announce_resume(tmp_path / "run")  # the same mode: no word
+    trainer.run_state.announce_resume(tmp_path / "run")  # the same mode: no word
     assert "numerics" not in capsys.readouterr().err

@@ -14,7 +14,6 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -127,7 +126,7 @@ def test_a_damaged_newest_checkpoint_is_set_aside_whole_and_the_run_saves_it_aga
     capsys.readouterr()
     resumed = PaWTrainer(_config(tiny_model_dir, tmp_path, total_steps=3, **extra))
     assert [h["step"] for h in resumed.train(resume=True)] == [3]
-    assert "resuming" in capsys.readouterr().err and resumed.resumed_from == newest
+    assert "resuming" in capsys.readouterr().err and resumed.run_state.resumed_from == newest
 
 
 def test_a_damaged_checkpoint_met_by_an_explicit_resume_is_set_aside_before_the_save(
@@ -209,11 +208,11 @@ def test_a_rollback_to_a_damaged_best_checkpoint_stops_the_run_in_one_line(
     best = out / "checkpoints" / "step-000001"
     _flip(best)
     trainer = PaWTrainer(_config(tiny_model_dir, tmp_path, on_collapse="rollback"))
-    trainer._last_batch = SimpleNamespace(trajectories=[])
-    trainer.collapse.observe = lambda *args, **kwargs: True
-    trainer.collapse.best_checkpoint, trainer.collapse.failing = str(best), [1, 2]
+    collapse = trainer.run_state.collapse
+    collapse.observe = lambda *args, **kwargs: True
+    collapse.best_checkpoint, collapse.failing = str(best), [1, 2]
     capsys.readouterr()
-    assert trainer._watch_collapse({"success": 0.0}) is True  # the run stops
+    assert trainer.run_state.watch_collapse({"success": 0.0}, episodes=0, version=0) is True
     err = capsys.readouterr().err
     assert "cannot roll back: " in err and "optimizer.safetensors is damaged" in err
     assert (best / "optimizer.safetensors").is_file()  # left as it is

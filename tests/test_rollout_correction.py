@@ -198,7 +198,7 @@ def test_a_stale_rollout_is_weighted_as_the_formula_says(tiny_model_dir, tmp_pat
     current = [_action_logprobs(trainer.model, t) for t in transitions]
     sampled = [list(t.output.logprobs) for t in transitions]
     metrics = trainer.update(copy.deepcopy(trajectories))
-    samples = trainer._last_batch.samples
+    samples = trainer.updater.last_batch.samples
     assert len(samples) == len(transitions)
     gaps, capped = [], 0
     steps = 1 if mini_batch_size == 0 else math.ceil(len(samples) / mini_batch_size)
@@ -222,8 +222,8 @@ def test_a_stale_rollout_is_weighted_as_the_formula_says(tiny_model_dir, tmp_pat
 
     plain = PaWTrainer(_config(tiny_model_dir, tmp_path, output_dir=str(tmp_path / "plain")))
     metrics = plain.update(copy.deepcopy(trajectories))
-    assert all(s.is_weights is None for s in plain._last_batch.samples)
-    assert [s.old_logprobs for s in plain._last_batch.samples] == sampled
+    assert all(s.is_weights is None for s in plain.updater.last_batch.samples)
+    assert [s.old_logprobs for s in plain.updater.last_batch.samples] == sampled
     assert "rollout_weight_mean" not in metrics
 
 

@@ -55,7 +55,7 @@ def test_trainer_logs_the_diagnostic_and_it_matches_a_literal_forward_pass(tiny_
     trainer = PaWTrainer(config)
     trajectories = trainer.collect(trainer.policy, [0, 1], 2, 1.0, 0)
     batch = build_batch(trajectories, trainer.serializer, config)
-    measured = trainer._noise_gradient_shares(batch)
+    measured = trainer.updater.noise_gradient_shares(batch)
     probabilities, noisy = [], []
     for s in batch.samples:
         if not s.obs_len:

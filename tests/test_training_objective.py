@@ -101,12 +101,12 @@ def _literal_objective(model, samples, selected, lam, st):
     return total / len(groups)
 
 
-def _batched_objective(model, samples, selected, lam, st, budget):
+def _batched_objective(model, samples, selected, lam, st, budget, correct_in_pass=False):
     w_rl, w_wm = objective_weights(samples, selected, lam, st)
     total, stats = 0.0, []
     for rows in token_budget_batches([len(s) for s in samples], budget):
         loss, stat = micro_batch_loss(model, collate(samples, rows, pad_id=0), w_rl[rows],
-                                      w_wm[rows], st)
+                                      w_wm[rows], st, correct_in_pass=correct_in_pass)
         loss.backward()
         total += loss.item()
         stats.append(stat)
@@ -370,7 +370,7 @@ def test_a_correction_computed_in_the_pass_equals_one_from_a_scoring_pass(model,
     model.zero_grad()
     got, stats = _batched_objective(model, in_pass, selected, lam, ObjectiveSettings(
         kl_coef=0.1, rollout_correction=mode, rollout_correction_cap=cap,
-        rollout_correction_two_sided=two_sided), budget=40)
+        rollout_correction_two_sided=two_sided), budget=40, correct_in_pass=True)
     assert len(stats) > 1, "several micro-batches: the metrics add up over them"
     assert got == pytest.approx(expected.item(), rel=1e-4, abs=1e-6)
     grads = _grads(model)
@@ -386,6 +386,10 @@ def test_a_correction_computed_in_the_pass_equals_one_from_a_scoring_pass(model,
                                                                              rel=1e-4)
     assert total("correction_corrected") / units == pytest.approx(whole.corrected_frac)
     assert total("correction_weight_sum") / tokens == pytest.approx(whole.weight_mean, rel=1e-4)
+    with pytest.raises(ValueError, match="applied twice"):  # the batch's weights, and again
+        _batched_objective(model, scored, selected, lam, ObjectiveSettings(
+            rollout_correction=mode, rollout_correction_cap=cap,
+            rollout_correction_two_sided=two_sided), budget=40, correct_in_pass=True)
 
 
 def test_objective_weights_are_group_means_and_lambda_zero_removes_wm(model):

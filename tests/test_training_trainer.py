@@ -112,9 +112,9 @@ def test_nan_reward_skips_the_update_and_keeps_weights(tiny_model_dir, tmp_path)
                     _episode("t", 0, [0.0], ids, ids[:2])]
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     metrics = trainer.update(trajectories)
-    assert metrics["skipped_updates"] == 1 and trainer.skipped_updates == 1
+    assert metrics["skipped_updates"] == 1 and trainer.updater.skipped_updates == 1
     assert all(torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
-    assert not trainer.optimizer.state  # the optimizer never stepped
+    assert not trainer.updater.optimizer.state  # the optimizer never stepped
     metrics = trainer.update([_episode("t", 0, [1.0], ids, ids[:2]),
                               _episode("t", 0, [0.0], ids, ids[:2])])
     assert metrics["skipped_updates"] == 0
@@ -235,7 +235,7 @@ def test_entropy_bonus_reaches_the_objective_and_changes_the_update(tiny_model_d
     for coef in (0.0, 0.5):
         trainer = PaWTrainer(_config(tiny_model_dir, tmp_path / str(coef), entropy_coef=coef,
                                      total_steps=1, lora=False, paw=False))
-        assert trainer.settings.entropy_coef == coef
+        assert trainer.updater.settings.entropy_coef == coef
         trainer.train()
         runs[coef] = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     # Same seed, same rollout: only the entropy term differs, so the weights must too.
@@ -422,8 +422,10 @@ def test_no_phase_of_a_logged_run_is_silent_for_long(tiny_model_dir, tmp_path, c
     step = GuessNumberEnv._step
     monkeypatch.setattr(GuessNumberEnv, "_step",
                         lambda self, action: time.sleep(0.1) or step(self, action))
-    optimize = PaWTrainer._optimize
-    monkeypatch.setattr(PaWTrainer, "_optimize",
+    from training.rl.update import PolicyUpdate
+
+    optimize = PolicyUpdate.optimize
+    monkeypatch.setattr(PolicyUpdate, "optimize",
                         lambda self, *a, **k: time.sleep(0.7) or optimize(self, *a, **k))
     settings = dict(model=str(tiny_model_dir), env_id="Test/GuessNumber-v0", n_groups=2,
                     group_size=2, max_new_tokens=8, total_steps=1, device="cpu", log_every=1,

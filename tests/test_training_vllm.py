@@ -40,8 +40,8 @@ SCRIPT = textwrap.dedent("""
         trainer = PaWTrainer(TrainConfig(**json.loads(sys.argv[1])))
         if sys.argv[2] == "stale":  # negative control: the engine keeps the first weights
             for name in ("load_adapter", "load_weights"):
-                load = getattr(trainer.vllm, name)
-                setattr(trainer.vllm, name,
+                load = getattr(trainer.sampler.vllm, name)
+                setattr(trainer.sampler.vllm, name,
                         lambda what, load=load, loaded=[]: loaded or loaded.append(load(what)))
         history = trainer.train()
         print("HISTORY", json.dumps([{key: h.get(key) for key in

@@ -47,7 +47,7 @@ tokens, which no policy sampled, so it takes no weight.
 
 Where π_old's log-probs come from. An update of several optimizer steps (mini-batches or PPO
 epochs) scores every action token with π_old before its first step, one no-grad pass over the
-rollout (``PaWTrainer._apply_rollout_correction``). An update of one optimizer step on the
+rollout (``training.rl.update.PolicyUpdate.score_correction``). An update of one optimizer step on the
 whole rollout, the main job's and async runs' setting, needs no such pass: π_old is the weights
 of that step's own forward pass, so its log-probs, detached, are π_old's, and the pass computes
 the weights itself (``training.rl.objective.micro_batch_loss``). The pass cost the corrected
@@ -126,3 +126,9 @@ def correction_weights(train_logprobs: torch.Tensor, rollout_logprobs: torch.Ten
                       gap_max=float(gaps.max()) if tokens else 0.0,
                       corrected_frac=corrected,
                       weight_mean=float(weights[mask].mean()) if tokens else 1.0)
+
+
+def ratio_bound(mode: str, rollout_logprobs):
+    """What PPO's clip also bounds the ratio π_θ / μ by: the sampler's log-probs under
+    ``sampler_clip`` (its clip bounds π_θ / μ as well as π_θ / π_old), else None."""
+    return rollout_logprobs if mode == "sampler_clip" else None

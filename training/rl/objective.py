@@ -25,7 +25,7 @@ from typing import NamedTuple
 import torch
 
 from training.rl.batch import MicroBatch, Sample
-from training.rl.correction import correction_weights
+from training.rl.correction import correction_weights, ratio_bound
 from training.rl.losses import (clipped_token_fraction, kl_k3, ppo_clip_token_loss,
                                 wm_token_loss)
 
@@ -53,8 +53,8 @@ class ObjectiveSettings:
     entropy_coef: float = 0.0
     """Entropy bonus: subtract this × the action-token entropy, aggregated like L_RL(g)."""
     rollout_correction: str = "none"
-    """``training.rl.correction``'s mode. Used here only for a micro-batch without precomputed
-    weights (``MicroBatch.is_weights`` None): π_old is then the weights of this very pass."""
+    """``training.rl.correction``'s mode, computed in the pass when :func:`micro_batch_loss`
+    is told ``correct_in_pass`` (π_old is then the weights of this very pass)."""
     rollout_correction_cap: float = 2.0
     """Its cap C."""
     rollout_correction_two_sided: bool = False
@@ -329,14 +329,18 @@ def _correction_sums(result, action: torch.Tensor, mode: str) -> dict[str, float
 
 
 def micro_batch_loss(model, batch: MicroBatch, w_rl: torch.Tensor, w_wm: torch.Tensor,
-                     settings: ObjectiveSettings, chunk_size: int = 512
-                     ) -> tuple[torch.Tensor, dict[str, float]]:
+                     settings: ObjectiveSettings, chunk_size: int = 512,
+                     correct_in_pass: bool = False) -> tuple[torch.Tensor, dict[str, float]]:
     """This micro-batch's share of the objective, and summed statistics for logging.
 
     ``model`` is the causal LM, or a :class:`PolicyScorer` of it (possibly DDP-wrapped).
     ``w_rl`` / ``w_wm`` are the rows' weights from :func:`objective_weights`. The returned
     stats are *sums* (token counts, clipped tokens, weighted WM loss ...) so that the trainer can
-    add them over micro-batches before dividing.
+    add them over micro-batches before dividing. The rollout correction is the caller's choice
+    (``training.rl.update.PolicyUpdate.correction_plan``): weights carried in the batch
+    (``is_weights``, scored before the update), or ``correct_in_pass`` (the update takes one
+    optimizer step on the whole rollout, so π_old is this pass's own weights: the correction
+    ``settings.rollout_correction`` is computed here, from this forward's log-probs).
     """
     device = batch.input_ids.device
     w_rl, w_wm = w_rl.to(device), w_wm.to(device)
@@ -349,17 +353,18 @@ def micro_batch_loss(model, batch: MicroBatch, w_rl: torch.Tensor, w_wm: torch.T
     action = batch.action_mask
     old, weights, sampler = batch.old_logprobs, batch.is_weights, batch.sampler_logprobs
     correction_stats: dict[str, float] = {}
-    if settings.rollout_correction != "none" and weights is None:
-        # The update takes one optimizer step on the whole rollout, so π_old is this pass's own
-        # weights and its log-probs are this forward's, detached: no scoring pass
-        # (training.rl.correction). batch.old_logprobs hold the sampler's, μ.
+    if correct_in_pass:
+        if weights is not None:
+            raise ValueError("correct_in_pass with weights already in the batch: the "
+                             "correction would be applied twice")
+        # π_old is this forward's log-probs, detached: no scoring pass (training.rl.correction).
+        # batch.old_logprobs hold the sampler's, μ.
         old = (logprobs.detach() * action).float()
         result = correction_weights(old, batch.old_logprobs, action,
                                     settings.rollout_correction, settings.rollout_correction_cap,
                                     settings.rollout_correction_two_sided)
         weights = result.weights.to(logprobs.dtype)
-        if settings.rollout_correction == "sampler_clip":
-            sampler = batch.old_logprobs
+        sampler = ratio_bound(settings.rollout_correction, batch.old_logprobs)
         correction_stats = _correction_sums(result, action, settings.rollout_correction)
     token_loss, clipped = ppo_clip_token_loss(logprobs, old, batch.advantages[:, None],
                                               settings.clip_eps, settings.clip_eps_high, sampler)
