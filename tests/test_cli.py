@@ -148,3 +148,19 @@ def test_a_dead_remote_env_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"paw-gym play: error: PaW/Remote-v0 url='{url}': no env server "
                           f"answers at {url}") and err.count("\n") == 1
+
+
+def test_the_train_commands_last_line_leads_with_held_out_success():
+    """`paw-gym train`'s last line: held-out success first (the last validation's), then the
+    last update's training success, both as percentages; without validation it says so."""
+    from training.commands.train import final_line
+
+    history = [{"step": 1, "success": 0.25, "reward": 1.0},
+               {"step": 2, "success": 0.5, "reward": 2.0, "val_success": 0.625},
+               {"step": 3, "success": 0.75, "reward": 3.5}]
+    assert final_line(history, "runs/x") == (
+        "step 3: held-out success 62.5 % (validated at step 2); training success 75.0 % "
+        "(last update), reward 3.500; metrics and curves in runs/x")
+    assert final_line(history[:1], "runs/x").startswith(
+        "step 1: held-out success not measured (val_every 0: `paw-gym eval` measures it); "
+        "training success 25.0 %")

@@ -70,7 +70,17 @@ def run(args) -> int:
         raise UserError(str(error)) from error
     shutdown()
     if history and trainer.world.is_main:  # once per launch
-        last = history[-1]
-        print(f"step {last['step']}: reward {last['reward']:.3f}, success {last['success']:.3f}; "
-              f"metrics and curves in {config.output_dir}")
+        print(final_line(history, config.output_dir))
     return 0
+
+
+def final_line(history: list[dict], output_dir: str) -> str:
+    """The run's last line: held-out success first (what a run is judged by), then training
+    success, as percentages."""
+    last = history[-1]
+    validated = next((row for row in reversed(history) if "val_success" in row), None)
+    held_out = (f"held-out success {100 * validated['val_success']:.1f} % (validated at step "
+                f"{validated['step']})" if validated else
+                "held-out success not measured (val_every 0: `paw-gym eval` measures it)")
+    return (f"step {last['step']}: {held_out}; training success {100 * last['success']:.1f} % "
+            f"(last update), reward {last['reward']:.3f}; metrics and curves in {output_dir}")
