@@ -13,6 +13,7 @@ import torch
 from agents.chat import ChatEncoder, check_sampling_args
 from agents.sampling import DEFAULT_STOP, SamplingBatch, token_statistics
 from agents.types import PolicyOutput
+from paw_gym.progress import count_generated
 from run_files.outputs import verify_output
 
 
@@ -374,6 +375,7 @@ class HFPolicy:
             tokens, logprobs, entropies = token_statistics(logits, temperature, generator)
             values = tokens.tolist(), logprobs.tolist(), entropies.tolist()
             live = [i for i, row in enumerate(rows) if row is not None]
+            count_generated(len(live))
             finished = batch.append([rows[i] for i in live], *([v[i] for i in live]
                                                                for v in values))
             for i, done in zip(live, finished):

@@ -31,6 +31,22 @@ Progress = Union[bool, Literal["heartbeat"]]
 #: one (issue 42: no phase of any command silent for longer).
 SILENCE_S = 15.0
 
+#: Tokens this process has sampled so far (every policy's decoding loop adds to it): a line of a
+#: bar says how many were sampled since the bar began, so that a batched rollout whose
+#: episodes all finish together still shows its work moving between its lines.
+_generated = [0]
+
+
+def count_generated(tokens: int) -> None:
+    """Add ``tokens`` sampled tokens to this process's count (a decoding loop calls it once per
+    decoding step, with the rows that are still generating)."""
+    _generated[0] += tokens
+
+
+def generated_tokens() -> int:
+    """Tokens this process has sampled so far."""
+    return _generated[0]
+
 
 def is_terminal(stream: TextIO | None = None) -> bool:
     """Whether ``stream`` (default: stderr, where bars go) is an interactive terminal."""
@@ -129,10 +145,11 @@ def _heartbeat(bar_ref: "weakref.ref[LineProgress]", stopped: threading.Event) -
 
 
 class LineProgress:
-    """tqdm's bar interface, printing ``desc: n/total unit (elapsed) postfix`` lines: at every
-    further 10 % of ``total``, at close, and whenever ``min_interval`` seconds passed without
-    one, even with no update in between (a background thread; a batched rollout may finish no
-    episode for minutes), so no phase is silent for longer in a log file. With
+    """tqdm's bar interface, printing ``desc: n/total unit (elapsed, tokens, postfix)`` lines:
+    at every further 10 % of ``total``, at close, and whenever ``min_interval`` seconds passed
+    without one, even with no update in between (a background thread; a batched rollout may
+    finish no episode for minutes, so a line also gives the tokens sampled since the bar began,
+    :func:`count_generated`), so no phase is silent for longer in a log file. With
     ``heartbeat_only`` it prints only the last kind: a phase shorter than ``min_interval``
     leaves no line."""
 
@@ -144,6 +161,7 @@ class LineProgress:
         self.disable, self.file, self.min_interval = disable, file, min_interval
         self.heartbeat_only = heartbeat_only
         self.postfix = ""
+        self._tokens_at_start = generated_tokens()
         self._start = self._last_print = time.monotonic()
         self._printed_n: int | None = None
         self._lock = threading.Lock()
@@ -183,7 +201,9 @@ class LineProgress:
         with self._lock:
             of = f"/{self.total}" if self.total else ""
             elapsed = time.monotonic() - self._start
-            tail = f", {self.postfix}" if self.postfix else ""
+            sampled = generated_tokens() - self._tokens_at_start
+            tail = f", {sampled:,} tokens sampled" if sampled else ""
+            tail += f", {self.postfix}" if self.postfix else ""
             print(f"{self.desc}: {self.n}{of} {self.unit} ({elapsed:.0f} s{tail})",
                   file=self.file, flush=True)
             self._printed_n, self._last_print = self.n, time.monotonic()

@@ -69,3 +69,34 @@ def test_a_progress_setting_outside_the_three_is_refused():
 
     with pytest.raises(ValueError, match=r"progress='yes': use True, False or 'heartbeat'"):
         progress_bar(total=1, progress="yes")
+
+
+def test_a_batched_rollouts_lines_show_the_tokens_sampled_while_no_episode_ends(
+        tiny_model_dir):
+    """A real policy decoding inside a bar: while no episode has finished (the count stays 0),
+    each line gives the tokens sampled since the bar began, growing from line to line."""
+    import threading
+
+    from agents.hf_policy import HFPolicy
+
+    policy = HFPolicy(str(tiny_model_dir), device="cpu", seed=0)
+    stream = io.StringIO()
+    bar = progress_bar(total=8, desc="rollout", unit="episode", file=stream, min_interval=0.2,
+                       progress="heartbeat")
+    stop = threading.Event()
+
+    def decode():
+        while not stop.is_set():
+            policy.act(["guess a number"] * 8, temperature=1.0, max_new_tokens=16, stop=())
+
+    worker = threading.Thread(target=decode)
+    worker.start()
+    time.sleep(1.5)
+    stop.set()
+    worker.join()
+    bar.close()
+    sampled = [int(line.split(" s, ")[1].split(" tokens")[0].replace(",", ""))
+               for line in stream.getvalue().splitlines() if " tokens sampled" in line]
+    assert all(line.startswith("rollout: 0/8 episode (")
+               for line in stream.getvalue().splitlines())
+    assert len(sampled) >= 2 and sampled == sorted(sampled) and sampled[-1] > sampled[0] > 0
