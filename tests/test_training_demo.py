@@ -190,3 +190,17 @@ def test_the_base_cache_key_covers_the_demo_text_and_the_thread_count(tmp_path):
         assert base_recipe(config, demos)["torch_threads"] == previous + 1
     finally:
         torch.set_num_threads(previous)
+
+
+@pytest.mark.parametrize("before, after, opening", [
+    (40.0, 75.5, "This run learned: held-out success +35.5 points (40.0 % -> 75.5 %)"),
+    (88.0, 100.0, "This run reached the ceiling: held-out success 88.0 % -> 100.0 %"),
+    (60.0, 70.0, "This run did not show learning: held-out success +10.0 points"),
+    (60.0, 50.0, "This run did not show learning: held-out success -10.0 points"),
+])
+def test_the_closing_line_judges_the_run_by_what_it_shows(before, after, opening):
+    """The demo's last line: a gain of the bar, the ceiling reached from a start too high to
+    gain it, or neither, said as such (not one sentence for every run)."""
+    from training.demo import verdict
+
+    assert verdict(before, after).startswith(opening)

@@ -23,8 +23,8 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from training.commands.common import UserError, claim_output_folder
     from training.commands.flags import arguments_from
-    from training.demo import (DEMO_WRITES, GOOD_RESULT, DemoConfig, check_demo_config,
-                               run_demo, validation_line)
+    from training.demo import (DEMO_WRITES, DemoConfig, check_demo_config, run_demo,
+                               validation_line, verdict)
     from training.infra.numerics import machine_line
 
     config = arguments_from(args, DemoConfig)
@@ -51,5 +51,5 @@ def run(args) -> int:
     print(machine_line(summary["machine"]))  # the README's numbers name theirs
     print(f"total {sum(summary['timings_s'].values()):.0f} s; see {config.output_dir}/results.md "
           "(it also says what each figure measures)")
-    print(GOOD_RESULT)
+    print(verdict(summary["before"]["success"], summary["after"]["success"]))
     return 0
