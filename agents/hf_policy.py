@@ -230,7 +230,7 @@ class HFPolicy:
             tokenizer = AutoTokenizer.from_pretrained(resolve_model(tokenizer))
         self.model = model.to(self.device)
         self.tokenizer = tokenizer
-        self._cache_name: str | None = None  # see _cache_argument
+        self._cache_name: str | None = None  # see cache_argument
         if adapter is not None:
             self.load_adapter(adapter)
         max_context = int(max_context or getattr(model.config, "max_position_embeddings", 0)
@@ -395,10 +395,10 @@ class HFPolicy:
             mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
             positions = positions + 1
             logits = self.model(input_ids=tokens[:, None], attention_mask=mask,
-                                position_ids=positions, **self._cache_argument(cache),
+                                position_ids=positions, **self.cache_argument(cache),
                                 use_cache=True, logits_to_keep=1).logits[:, -1, :]
 
-    def _cache_argument(self, cache) -> dict[str, Any]:
+    def cache_argument(self, cache) -> dict[str, Any]:
         """The KV cache as the model's forward takes it: ``cache`` since transformers 5.x
         renamed it (the old ``past_key_values`` warns on every call), else
         ``past_key_values``."""
@@ -433,7 +433,7 @@ class HFPolicy:
             input_ids[row, width - len(ids):] = torch.tensor(ids, device=self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         return self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                          **self._cache_argument(cache), use_cache=True,
+                          **self.cache_argument(cache), use_cache=True,
                           logits_to_keep=1).logits[:, -1, :]
 
     def _prefill_rows(self, prompt_ids, cache, width) -> torch.Tensor:
@@ -457,7 +457,7 @@ class HFPolicy:
                 continue
             row_cache = DynamicCache(config=self.model.config)
             out = self.model(input_ids=torch.tensor([ids], device=self.device),
-                             **self._cache_argument(row_cache), use_cache=True, logits_to_keep=1)
+                             **self.cache_argument(row_cache), use_cache=True, logits_to_keep=1)
             last_logits.append(out.logits[0, -1, :])
             for layer, row_layer in zip(cache.layers, row_cache.layers):
                 if row == 0:

@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     row_tokens = sum(len(s) for s in samples)
 
     def generation():
-        policy._sample([(p, False) for p in prompts], 1.0, args.new_tokens, (), seed=0)
+        policy.act_ids(prompts, 1.0, args.new_tokens, stop=(), seed=0)
 
     def generation_ceiling():
         """The prompts' forward passes (one row each) and T batched one-token steps on a KV
@@ -113,14 +113,14 @@ def main(argv: list[str] | None = None) -> int:
             padded = torch.tensor([[policy.pad_id] * (width - len(p)) + p for p in prompts])
             mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
             model(input_ids=padded, attention_mask=mask, use_cache=True,
-                  **policy._cache_argument(cache))
+                  **policy.cache_argument(cache))
             token = padded[:, -1:]
             positions = torch.tensor([[len(p)] for p in prompts])
             start = time.perf_counter()
             for _ in range(args.new_tokens):
                 mask = torch.cat([mask, mask.new_ones((len(prompts), 1))], dim=-1)
                 model(input_ids=token, attention_mask=mask, position_ids=positions,
-                      use_cache=True, logits_to_keep=1, **policy._cache_argument(cache))
+                      use_cache=True, logits_to_keep=1, **policy.cache_argument(cache))
                 positions = positions + 1
             return prefill + time.perf_counter() - start
 
