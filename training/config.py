@@ -53,8 +53,8 @@ class TrainConfig(CheckedConfig):
     # -- model -------------------------------------------------------------------------------
     model: str = model_name("Qwen/Qwen2.5-1.5B-Instruct")
     """The policy: a hub name, a local model folder, a .gguf file, or an offline model's name
-    (``smollm2-135m-instruct``: ``agents.model_sources``); any AutoModelForCausalLM with a chat
-    template."""
+    (``smollm2-135m-instruct``, ``qwen2.5-coder-0.5b-instruct``: ``agents.model_sources``); any
+    AutoModelForCausalLM with a chat template."""
     system_prompt: str | None = text(None)
     """The system message before every prompt. None (default): the env's prompt alone; a chat
     template that would insert its own default system message (SmolLM2's "You are a helpful AI

@@ -32,7 +32,8 @@ class EvalArguments(CheckedConfig):
     env: str | None = env_id(None)
     """Env id, e.g. PaW/WebShop-v0 (default: the env the --checkpoint was trained on)."""
     model: str | None = model_name(None, **_WITH_MODEL)
-    """Hub name, model folder, .gguf file or offline model name (smollm2-135m-instruct)."""
+    """Hub name, model folder, .gguf file or offline model name (smollm2-135m-instruct,
+    qwen2.5-coder-0.5b-instruct)."""
     system_prompt: str | None = text(None, **_WITH_MODEL)
     """The system message before every prompt (default: the --checkpoint's, else none: a
     chat template's own default system message is replaced by an empty one;

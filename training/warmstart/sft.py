@@ -29,7 +29,7 @@ class SFTConfig(CheckedConfig):
 
     model: str = model_name("runs/tiny-model")
     """The model to fine-tune: a hub name, a model folder, a .gguf file or an offline model's
-    name (``smollm2-135m-instruct``)."""
+    name (``smollm2-135m-instruct``, ``qwen2.5-coder-0.5b-instruct``)."""
     system_prompt: str | None = text(None)
     """The system message before every prompt (train and eval the result with the same). None (default): the env's prompt alone; a chat
     template that would insert its own default system message (SmolLM2's "You are a helpful AI
