@@ -62,8 +62,9 @@ def objective_settings(config: TrainConfig) -> ObjectiveSettings:
 
 
 def correction_metrics(totals: dict[str, float]) -> dict[str, float]:
-    """The rollout correction's metrics from the sums of the passes that computed it (named as
-    :meth:`PolicyUpdate.score_correction` names them)."""
+    """The rollout correction's metrics (named as :meth:`PolicyUpdate.score_correction` names
+    them) from the sums of the passes that computed it in the pass
+    (``training.rl.objective._correction_sums``)."""
     total = lambda key: totals.get(key, 0.0)  # noqa: E731 (absent: every pass was skipped)
     tokens, units = total("correction_tokens"), total("correction_units")
     return {"rollout_logprob_gap": total("correction_gap_sum") / tokens if tokens else 0.0,
