@@ -365,7 +365,7 @@ def replay(seed: int = 2, staleness: int = 1, updates: int = 20,
                       total_steps=updates)
     trainer = PaWTrainer(config)
     stale = StaleCollector(trainer, staleness)
-    trainer.collect = stale
+    trainer.sampler.collect = stale
     curve, states, rollouts, broke = [], [], [], None
     while trainer.step < updates and broke is None:
         states.append(_state(trainer))

@@ -98,7 +98,7 @@ def worker(job_file: str, out_file: str) -> None:
             metrics = []
             for trajectories in job["rollouts"][name]:
                 metrics.append(trainer.update(own_groups(trainer, trajectories)))
-                trainer.step += 1
+                trainer.run_state.step += 1
             result[name] = {"params": trained_parameters(trainer), "metrics": metrics,
                             "gradients": gradients, "sharded": trainer.world.sharded}
         elif job["mode"] == "memory":
@@ -114,7 +114,7 @@ def worker(job_file: str, out_file: str) -> None:
                 trainer.update(mine)
                 seconds.append(trainer.world.reduce(
                     {"s": time.perf_counter() - start}, "max")["s"])  # the slowest rank's
-                trainer.step += 1
+                trainer.run_state.step += 1
             result[name] = seconds[job["warmup"]:]
         elif job["mode"] == "validation_timing":
             trainer = PaWTrainer(config)
@@ -260,7 +260,7 @@ def sample_rollouts(fields: dict, updates: int, reward_spread: bool = False
                     transition.reward = float((k * 7 + j * 3) % 5) / 4
         rollouts.append(copy.deepcopy(trajectories))
         trainer.update(trajectories)
-        trainer.step += 1
+        trainer.run_state.step += 1
     return rollouts, initial
 
 

@@ -233,7 +233,7 @@ def measure(args) -> dict:
                                                config.temperature, step_seed)
             with RSSPeak() as mem, Span() as update:
                 metrics = trainer.update(trajectories)
-            trainer.step += 1
+            trainer.run_state.step += 1
             bar.update(1)
             if k < args.warmup:
                 continue

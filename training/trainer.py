@@ -76,7 +76,6 @@ class PaWTrainer:
             from training.rl.collect import EnvCollector
 
             collect = EnvCollector(config, progress=self._phase_progress())
-        self.collect = collect
         self.device = next(self.model.parameters()).device
         # The sampler first: under FSDP it copies the weights the update then shards.
         self.sampler = RolloutSampler(config, self.world, self.policy, collect)
@@ -90,8 +89,15 @@ class PaWTrainer:
 
     @property
     def step(self) -> int:
-        """Updates done (the next update is ``step + 1``)."""
+        """Updates done (the next update is ``step + 1``); read-only: the count is
+        :attr:`run_state`'s (``run_state.step``), which checkpoints save and resume."""
         return self.run_state.step
+
+    @property
+    def collect(self) -> Collector:
+        """The collector rollouts come from; read-only: it is :attr:`sampler`'s
+        (``sampler.collect``), the one every rollout, synchronous or ahead, goes through."""
+        return self.sampler.collect
 
     def _check_memory(self) -> None:
         """Print the per-process memory estimate (rank 0; on a GPU, or for a model of 100 M

@@ -27,7 +27,7 @@ def test_the_stale_collector_equals_an_asynchronous_run(tiny_model_dir, tmp_path
                                     output_dir=str(tmp_path / "async")))
     expected = worker.train()
     one = PaWTrainer(TrainConfig(**fields, output_dir=str(tmp_path / "one")))
-    one.collect = StaleCollector(one, staleness=1)
+    one.sampler.collect = StaleCollector(one, staleness=1)
     got = one.train()
     skip = TIMING_METRICS | {"policy_version", "staleness"}
     assert [row["staleness"] for row in expected] == [0, 1, 1, 1]
