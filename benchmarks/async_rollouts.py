@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import math
 import os
@@ -306,6 +307,7 @@ def _token_classes(trainer, trajectories, epsilon: float) -> dict[str, dict[str,
     the RL gradient (without the PaW term), and its cosine to the whole RL gradient."""
     import torch
 
+    from training.infra.paw_settings import PaWSettings
     from training.rl.batch import collate
     from training.rl.objective import micro_batch_loss, objective_weights
     from training.rl.rollout_batch import build_batch
@@ -323,8 +325,7 @@ def _token_classes(trainer, trajectories, epsilon: float) -> dict[str, dict[str,
         "A < 0, r > 1 + ε": lambda a, r: a < 0 and r > 1 + epsilon,
         "every action token": lambda a, r: True,
     }
-    settings = copy.copy(trainer.updater.settings)
-    settings.paw = False
+    settings = dataclasses.replace(trainer.updater.settings, world_model=PaWSettings(paw=False))
     rows = list(range(len(batch.samples)))
     w_rl, w_wm = objective_weights(batch.samples, batch.selected, batch.group_lambda, settings)
     params = [p for p in trainer.model.parameters() if p.requires_grad]

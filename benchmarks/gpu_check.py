@@ -173,9 +173,10 @@ def objective_loss(model, samples, rows, chunk: int = 512, full_logits: bool = F
     rows of several processes or micro-batches add up); backward."""
     from training.rl.batch import collate
     from training.rl.losses import ppo_clip_token_loss, wm_token_loss
+    from training.infra.paw_settings import PaWSettings
     from training.rl.objective import ObjectiveSettings, micro_batch_loss, objective_weights
 
-    settings = ObjectiveSettings(paw=paw)
+    settings = ObjectiveSettings(PaWSettings(paw=paw))
     selected = torch.tensor([s.obs_len > 0 for s in samples], dtype=torch.bool)
     w_rl, w_wm = objective_weights(samples, selected, {0: 1.0, 1: 1.0}, settings)
     device = next(model.parameters()).device

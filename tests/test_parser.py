@@ -67,9 +67,10 @@ def _changed(field: dataclasses.Field, kind, default):
 
 
 #: Fields whose changed values cannot go together with the others' (FSDP takes neither LoRA nor
-#: vLLM, the rollout worker no vLLM); the tests after the next one cover them.
+#: vLLM, the rollout worker no vLLM, LoRA in RL no dropout); the tests after the next one cover
+#: them (lora_dropout's refusal: tests/test_training_config.py).
 SHARDING_FIELDS = ("sharding", "mixed_precision")
-APART = (*SHARDING_FIELDS, "async_rollouts")
+APART = ("lora_dropout", *SHARDING_FIELDS, "async_rollouts")
 
 
 def changed_train_config() -> TrainConfig:

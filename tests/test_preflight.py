@@ -290,6 +290,7 @@ def test_sft_and_train_wm_wrap_lora_as_train_does(tiny_model_dir, tmp_path):
     """One LoRA wrapping (training.models.add_lora) for train, sft and train-wm: a mistyped
     target is the same one line everywhere, and the dropout train sets reaches the adapter."""
     from agents.hf_policy import HFPolicy
+    from training.infra.model_config import ModelConfig
     from training.models import add_lora
     from training.warmstart.sft import SFTConfig, run_sft
     from training.world_model.config import WorldModelConfig
@@ -305,7 +306,21 @@ def test_sft_and_train_wm_wrap_lora_as_train_does(tiny_model_dir, tmp_path):
         load_trainable_policy(WorldModelConfig(model=str(tiny_model_dir), replay=str(replay),
                                                lora=True, lora_target_modules=["q_prj"],
                                                device="cpu"))
-    model = add_lora(HFPolicy(str(tiny_model_dir), device="cpu").model, r=4, alpha=8,
-                     targets=["q_proj"], dropout=0.1)
+    model = add_lora(HFPolicy(str(tiny_model_dir), device="cpu").model, ModelConfig(
+        lora_r=4, lora_alpha=8, lora_target_modules=["q_proj"], lora_dropout=0.1))
     assert model.peft_config["default"].lora_dropout == 0.1
     assert model.peft_config["default"].target_modules == {"q_proj"}
+
+
+def test_train_wm_loads_the_dtype_its_model_config_names(tiny_model_dir):
+    """``dtype`` is ModelConfig's, so train-wm (and sft, through the same field) load the
+    weights in it as train does."""
+    import torch
+
+    from training.world_model.config import WorldModelConfig
+    from training.world_model.methods import load_trainable_policy
+
+    policy = load_trainable_policy(WorldModelConfig(model=str(tiny_model_dir), dtype="float64",
+                                                    lora=True, lora_r=2, device="cpu"))
+    assert {p.dtype for p in policy.model.parameters()} == {torch.float64}
+    assert policy.model.peft_config["default"].r == 2

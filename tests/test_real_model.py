@@ -32,6 +32,7 @@ from agents.rollout import rollout  # noqa: E402
 from run_files.outputs import MARKER, file_digest, read_manifest, verify_output  # noqa: E402
 from training.config import TrainConfig  # noqa: E402
 from training.rl.batch import collate  # noqa: E402
+from training.infra.paw_settings import PaWSettings  # noqa: E402
 from training.rl.objective import ObjectiveSettings, micro_batch_loss  # noqa: E402
 from training.rl.rollout_batch import build_batch  # noqa: E402
 from agents.serialization import TransitionSerializer  # noqa: E402
@@ -215,7 +216,7 @@ def test_the_world_model_gradient_reaches_only_the_observation_tokens(policy, wm
     sample = Sample(row.ids, row.prompt_len, row.action_len, row.obs_len,
                     old_logprobs=[0.0] * row.action_len, separator_len=row.separator_len,
                     advantage=1.0)
-    settings = ObjectiveSettings(wm_loss=wm_loss)
+    settings = ObjectiveSettings(PaWSettings(wm_loss=wm_loss))
     _, grad = _final_hidden_gradient(policy, [sample], torch.zeros(1), torch.ones(1), settings)
     support = set(torch.nonzero(grad).flatten().tolist())
     # position t predicts token t + 1: the observation tokens are predicted from obs_start - 1
@@ -224,7 +225,7 @@ def test_the_world_model_gradient_reaches_only_the_observation_tokens(policy, wm
     if wm_loss == "mae":  # 1 - p has a gradient at every token the model is not sure of
         assert support == observation
     # λ_g = 0: the row's WM weight is 0, and the gradient is GRPO's, exactly
-    grpo_settings = ObjectiveSettings(paw=False)
+    grpo_settings = ObjectiveSettings(PaWSettings(paw=False))
     _, rl_only = _final_hidden_gradient(policy, [sample], torch.ones(1), torch.zeros(1),
                                         grpo_settings)
     _, lambda_zero = _final_hidden_gradient(policy, [sample], torch.ones(1), torch.zeros(1),

@@ -32,10 +32,46 @@ def test_save_and_load_round_trip(tmp_path):
 def test_every_field_has_a_docstring():
     from training.config import field_docs
     from training.warmstart.sft import SFTConfig
+    from training.world_model.config import WorldModelConfig
 
-    for cls in (TrainConfig, SFTConfig):
+    for cls in (TrainConfig, SFTConfig, WorldModelConfig):
         missing = [f.name for f in dataclasses.fields(cls) if not field_docs(cls).get(f.name)]
         assert not missing, cls
+
+
+def test_the_model_and_paw_settings_are_declared_once():
+    """train, sft and train-wm take ModelConfig's fields (sft and train-wm redeclare only
+    their defaults: the tiny model, every weight trained); TrainConfig's world-model fields
+    are PaWSettings', so each has one declaration (its range, its docstring)."""
+    from training.config import field_docs
+    from training.infra.model_config import ModelConfig
+    from training.infra.paw_settings import PaWSettings
+    from training.warmstart.sft import SFTConfig
+    from training.world_model.config import WorldModelConfig
+
+    model_fields = {f.name: f for f in dataclasses.fields(ModelConfig)}
+    for cls in (TrainConfig, SFTConfig, WorldModelConfig):
+        assert issubclass(cls, ModelConfig)
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for name in model_fields.keys() - {"model", "lora"}:
+            assert fields[name] is model_fields[name] or \
+                fields[name].metadata == model_fields[name].metadata, (cls, name)
+        assert field_docs(cls)["lora_r"] == field_docs(ModelConfig)["lora_r"]
+    assert (SFTConfig().model, SFTConfig().lora) == ("runs/tiny-model", False)
+    assert (WorldModelConfig().model, WorldModelConfig().lora) == ("runs/tiny-model", False)
+    assert TrainConfig().lora and TrainConfig().model == ModelConfig().model
+    assert issubclass(TrainConfig, PaWSettings)
+    assert PaWSettings.values_of(TrainConfig(alpha=0.5, rho=0.1)) == \
+        dataclasses.asdict(PaWSettings(alpha=0.5, rho=0.1))
+
+
+def test_train_wm_refuses_lora_dropout_and_sft_trains_with_it():
+    from training.warmstart.sft import SFTConfig
+    from training.world_model.config import WorldModelConfig
+
+    with pytest.raises(ValueError, match="^lora_dropout=0.1 is invalid; expected 0 for train-wm"):
+        WorldModelConfig(lora=True, lora_dropout=0.1)
+    assert SFTConfig(lora=True, lora_dropout=0.1).lora_dropout == 0.1
 
 
 @pytest.mark.parametrize("values, message", [
@@ -76,6 +112,7 @@ def test_every_field_has_a_docstring():
     ({"warmup_steps": -5}, "warmup_steps=-5 is invalid"),
     ({"lora_r": 0}, "lora_r=0 is invalid"),
     ({"lora_dropout": 2.0}, "lora_dropout=2.0 is invalid; expected a probability in \\[0, 1\\)"),
+    ({"lora_dropout": 0.1}, "lora_dropout=0.1 is invalid; expected 0 in RL training"),
     ({"logits_chunk": 0}, "logits_chunk=0 is invalid"),
     ({"train_task_seeds": 0}, "train_task_seeds=0 is invalid"),
     ({"seed": 2**70}, "seed=1180591620717411303424 is invalid"),

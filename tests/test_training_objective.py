@@ -14,6 +14,7 @@ transformers = pytest.importorskip("transformers")
 
 from training.rl.batch import Sample, collate, token_budget_batches  # noqa: E402
 from training.rl.losses import kl_k3, ppo_clip_token_loss, wm_token_loss  # noqa: E402
+from training.infra.paw_settings import PaWSettings  # noqa: E402
 from training.rl.objective import (HeadTargetLogprobs, ObjectiveSettings,  # noqa: E402
                                    gather_logprobs, micro_batch_loss, objective_weights)
 from agents.serialization import serialize  # noqa: E402
@@ -92,9 +93,10 @@ def _literal_objective(model, samples, selected, lam, st):
             seq.append(loss.mean())
         rl = torch.cat(tok).mean() if st.rl_agg == "token" else torch.stack(seq).mean()
         chosen = [i for i in members if selected[i]]
-        if st.paw and chosen:
+        if st.world_model.paw and chosen:
             wm = [wm_token_loss(_naive_logprobs(model, samples[i])[1][None],
-                                torch.ones(1, samples[i].obs_len), st.wm_loss, st.rho)[0]
+                                torch.ones(1, samples[i].obs_len), st.world_model.wm_loss,
+                                st.world_model.rho)[0]
                   for i in chosen]
             rl = rl + lam[g] * torch.stack(wm).mean()
         total = total + rl
@@ -262,11 +264,11 @@ def test_observation_tokens_do_not_change_action_logprobs(model):
 
 @pytest.mark.parametrize("settings, corrected", [
     (ObjectiveSettings(), False),
-    (ObjectiveSettings(wm_loss="ce", rl_agg="sequence"), False),
-    (ObjectiveSettings(wm_loss="mae", kl_coef=0.1, rho=0.5), False),
-    (ObjectiveSettings(paw=False), False),
+    (ObjectiveSettings(PaWSettings(wm_loss="ce"), rl_agg="sequence"), False),
+    (ObjectiveSettings(PaWSettings(wm_loss="mae", rho=0.5), kl_coef=0.1), False),
+    (ObjectiveSettings(PaWSettings(paw=False)), False),
     (ObjectiveSettings(entropy_coef=0.05), False),
-    (ObjectiveSettings(entropy_coef=0.3, rl_agg="sequence", paw=False), False),
+    (ObjectiveSettings(PaWSettings(paw=False), entropy_coef=0.3, rl_agg="sequence"), False),
     (ObjectiveSettings(kl_coef=0.1, entropy_coef=0.05), "weights"),
     (ObjectiveSettings(kl_coef=0.1), "sampler_clip"),
 ], ids=["cmae", "ce-seq", "mae-kl", "no-paw", "entropy-bonus", "entropy-bonus-seq",
@@ -407,7 +409,7 @@ def test_objective_weights_are_group_means_and_lambda_zero_removes_wm(model):
         rows = [i for i, s in enumerate(samples) if s.group == g]
         assert sum(w_wm2[i].item() for i in rows) == pytest.approx(lam[g] / 3)
         assert sum(w_rl2[i].item() * samples[i].action_len for i in rows) == pytest.approx(1 / 3)
-    _, off = objective_weights(samples, selected, lam, ObjectiveSettings(paw=False))
+    _, off = objective_weights(samples, selected, lam, ObjectiveSettings(PaWSettings(paw=False)))
     assert (off == 0).all()
 
 
@@ -416,7 +418,7 @@ def test_stats_count_tokens_and_clipping(model):
     selected = torch.ones(len(samples), dtype=torch.bool)
     model.zero_grad()
     _, stats = _batched_objective(model, samples, selected, {0: 1.0, 1: 1.0, 2: 1.0},
-                                  ObjectiveSettings(rho=1.0), budget=30)
+                                  ObjectiveSettings(PaWSettings(rho=1.0)), budget=30)
     assert sum(s["action_tokens"] for s in stats) == sum(x.action_len for x in samples)
     assert sum(s["obs_tokens"] for s in stats) == sum(x.obs_len for x in samples)
     # rho = 1: no observation token is ever above the threshold

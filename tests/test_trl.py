@@ -3,6 +3,7 @@ real TRL GRPOTrainer, real env, the tiny model."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -13,6 +14,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experi
 
 from agents import HFPolicy, TranscriptAgent, rollout  # noqa: E402
 from agents.transcript import TRANSCRIPT_TEMPLATE  # noqa: E402
+from training.infra.model_config import ModelConfig  # noqa: E402
 from training.integrations.trl import (EnvRollout, PaWGRPOConfig, PaWGRPOTrainer,  # noqa: E402
                                        task_dataset, task_seed, transcript_wm_loss)
 
@@ -80,7 +82,8 @@ def _trainer(model, tmp_path, **settings) -> PaWGRPOTrainer:
         output_dir=str(tmp_path / "trl"), num_generations=2, per_device_train_batch_size=4,
         max_steps=1, learning_rate=1e-3, report_to=[], save_strategy="no", use_cpu=True,
         seed=0, logging_steps=1, alpha=0.5, r_max=10.0, disable_tqdm=True), **settings})
-    return PaWGRPOTrainer(model=str(model), env=env, args=args,
+    return PaWGRPOTrainer(model=model if isinstance(model, ModelConfig) else str(model),
+                          env=env, args=args,
                           train_dataset=task_dataset("PaW/Shelf-v0", range(4), split="train"))
 
 
@@ -228,3 +231,42 @@ def test_trls_tool_route_trains_on_env_tools(tiny_model_dir, tmp_path, one_torch
     played = [e.task_seed for e in trainer.environments]  # this batch's rows: 2 tasks × 2
     assert len(played) == 4 and set(played) <= {0, 1, 2, 3} and len(set(played)) == 2
 
+
+
+def test_the_trl_config_takes_paw_settings_fields_and_their_checks(tmp_path):
+    """PaWGRPOConfig's PaW fields are PaWSettings' (names, defaults, docstrings as TRL help),
+    read from the command line by TRL's own parser and checked by their one declaration."""
+    from transformers import HfArgumentParser
+
+    from training.config import field_docs
+    from training.infra.paw_settings import PaWSettings
+
+    ours = {f.name: f for f in dataclasses.fields(PaWGRPOConfig)}
+    for item in dataclasses.fields(PaWSettings):
+        assert ours[item.name].default == item.default
+        assert ours[item.name].metadata["help"] == field_docs(PaWSettings)[item.name]
+    parser = HfArgumentParser(PaWGRPOConfig)
+    [args] = parser.parse_args_into_dataclasses(
+        ["--output_dir", str(tmp_path), "--use_cpu", "true", "--alpha", "0.5", "--wm_loss", "ce"])
+    assert (args.alpha, args.wm_loss) == (0.5, "ce")
+    with pytest.raises(ValueError, match=r"^rho=1\.5 is invalid; expected a number in \[0, 1\]$"):
+        parser.parse_args_into_dataclasses(["--output_dir", str(tmp_path), "--use_cpu", "true",
+                                            "--rho", "1.5"])
+
+
+def test_a_model_config_gives_trl_the_model_in_its_dtype_and_its_lora(tiny_model_dir, tmp_path):
+    """PaWGRPOTrainer takes train's ModelConfig: the weights in its dtype, its LoRA settings
+    as TRL's peft_config (TRL wraps the model), a mistyped target refused as train refuses
+    it."""
+    from training.infra.model_config import ModelConfig
+
+    config = ModelConfig(model=str(tiny_model_dir), dtype="float64", lora=True, lora_r=2,
+                         lora_alpha=4, lora_target_modules=["q_proj", "v_proj"])
+    trainer = _trainer(config, tmp_path)
+    adapter = trainer.model.peft_config["default"]
+    assert (adapter.r, adapter.lora_alpha, adapter.target_modules) == (2, 4, {"q_proj", "v_proj"})
+    assert {p.dtype for p in trainer.model.parameters()} == {torch.float64}
+    trained = [name for name, p in trainer.model.named_parameters() if p.requires_grad]
+    assert trained and all("lora_" in name for name in trained)
+    with pytest.raises(ValueError, match=r"^lora_target_modules 'q_prj' \(did you mean q_proj"):
+        _trainer(dataclasses.replace(config, lora_target_modules=["q_prj"]), tmp_path)

@@ -20,25 +20,20 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agents.serialization import WMContext
-from training.infra.checked_config import (MAX_LORA_RANK, MAX_TOKENS, CheckedConfig, bounded,
-                                           env_id, field_types, input_folder, model_name,
-                                           only_with, optional_base, output_folder, text)
+from training.infra.checked_config import (MAX_TOKENS, bounded, env_id, field_types,
+                                           input_folder, only_with, optional_base,
+                                           output_folder, text)
+from training.infra.model_config import ModelConfig
+from training.infra.paw_settings import PaWSettings
 from training.infra.config_values import parse_value
 
-#: Every linear layer of a Qwen2 (or Llama) block: where LoRA adapters go unless a config says.
-LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                       "down_proj")
-
 Algo = Literal["grpo", "gigpo", "rloo", "ppo"]
-#: The dtypes the policy's weights can be loaded in.
-WeightDtype = Literal["auto", "float32", "bfloat16", "float16", "float64"]
 #: ``rollout_correction`` modes (``training.rl.correction`` states each formula).
 RolloutCorrection = Literal["none", "sampler_clip", "token_truncate", "token_mask",
                             "sequence_truncate", "sequence_mask"]
 ALGOS: tuple[str, ...] = typing.get_args(Algo)
 
 # What some settings need to do anything (``only_with``: another value is warned about).
-_WITH_LORA = only_with("lora is true", lambda c: c.lora)
 _WITH_PAW = only_with("paw is true", lambda c: c.paw)
 _WITH_GIGPO = only_with("algo is gigpo", lambda c: c.algo == "gigpo")
 _WITH_PPO = only_with("algo is ppo", lambda c: c.algo == "ppo")
@@ -47,14 +42,13 @@ _WITH_VALIDATION = only_with("val_every > 0 or val_before_train is true",
 
 
 @dataclass
-class TrainConfig(CheckedConfig):
-    """PaW training run. Defaults are the paper's WebShop settings where it states them."""
+class TrainConfig(PaWSettings, ModelConfig):
+    """PaW training run. Defaults are the paper's WebShop settings where it states them. The
+    model and its LoRA adapter (``model``, ``dtype``, ``lora``...) are :class:`ModelConfig`'s
+    fields and the world-model term's (``paw``, ``wm_loss``, ``alpha``, ``rho``...)
+    :class:`PaWSettings`', shared with ``sft``, ``train-wm`` and the TRL integration."""
 
-    # -- model -------------------------------------------------------------------------------
-    model: str = model_name("Qwen/Qwen2.5-1.5B-Instruct")
-    """The policy: a hub name, a local model folder, a .gguf file, or an offline model's name
-    (``smollm2-135m-instruct``, ``qwen2.5-coder-0.5b-instruct``: ``agents.model_sources``); any
-    AutoModelForCausalLM with a chat template."""
+    # -- model (beside ModelConfig's) ------------------------------------------------------------
     system_prompt: str | None = text(None)
     """The system message before every prompt. None (default): the env's prompt alone; a chat
     template that would insert its own default system message (SmolLM2's "You are a helpful AI
@@ -62,23 +56,9 @@ class TrainConfig(CheckedConfig):
     (``agents.chat.ChatEncoder``). A string: that message ("": an empty one)."""
     init_checkpoint: str | None = input_folder(None)
     """Start from these weights instead: a full model directory, or a LoRA adapter directory."""
-    dtype: WeightDtype = "auto"
-    """Weights dtype: auto, float32, bfloat16, float16, or float64 (CPU exactness checks); one
-    the device cannot run (bfloat16 on a GPU without it) is refused before the model loads."""
     device: str | None = text(None)
     """cpu, cuda, cuda:1 ... (None: CUDA when available). Under torchrun / accelerate launch
     each process takes its own GPU (leave unset or ``cuda``) or the CPU (``cpu``: gloo)."""
-    lora: bool = True
-    """Train LoRA adapters (peft) instead of all weights."""
-    lora_r: int = bounded(16, 1, MAX_LORA_RANK, **_WITH_LORA)
-    """LoRA rank."""
-    lora_alpha: int = bounded(32, 1, 10**6, **_WITH_LORA)
-    """LoRA scaling numerator (scale = alpha / r)."""
-    lora_dropout: float = bounded(0.0, 0, 1, high_open=True, what="a probability", **_WITH_LORA)
-    """Dropout on the LoRA branch."""
-    lora_target_modules: list[str] = text(factory=lambda: list(LORA_TARGET_MODULES),
-                                          **_WITH_LORA)
-    """Module names that get adapters."""
     gradient_checkpointing: bool = False
     """Recompute decoder activations in backward (less memory, ~30% more compute)."""
     sharding: Literal["ddp", "fsdp"] = "ddp"
@@ -116,8 +96,6 @@ class TrainConfig(CheckedConfig):
     """Reward added to an invalid action (None: env preset, -0.1; search QA -0.01)."""
     max_episode_steps: int | None = bounded(None, 1, 10**6)
     """Step limit (None: the env's registered limit)."""
-    r_max: float = bounded(10.0, 0, 1e9, low_open=True)
-    """Largest attainable episode return (λ_g = 1 − R̄_g / r_max)."""
     train_task_seeds: int = bounded(1_000_000, 1, 2**32)
     """Training tasks are env seeds drawn from [0, train_task_seeds)."""
     # -- rollout ------------------------------------------------------------------------------
@@ -134,29 +112,15 @@ class TrainConfig(CheckedConfig):
     """Longest rollout prompt in tokens: longer prompts are cut from the left when sampled (as
     verl's ``truncation: left``), so the oldest history goes first. The paper's A.1 uses 2048
     (ALFWorld) and 4096 (WebShop, search QA). None: the model's context minus max_new_tokens."""
-    # -- objective ----------------------------------------------------------------------------
+    # -- objective (beside PaWSettings') -----------------------------------------------------
     algo: Algo = "grpo"
     """Advantage estimator: grpo, gigpo, rloo or ppo."""
-    paw: bool = True
-    """World-model co-training on (False: the vanilla RL baseline)."""
-    wm_loss: Literal["cmae", "mae", "ce"] = field(default="cmae", metadata=_WITH_PAW)
-    """WM token loss: cmae, mae or ce."""
     wm_context: WMContext = "next_turn"
     """Where o_{t+1} sits after the action (``agents.serialization``): ``next_turn`` (the
     environment's next chat message: end-of-turn, the template's user header, then o_{t+1}),
     ``end_of_turn`` (one end-of-turn token before it) or ``none`` (right after the action, in
     the policy's own turn: the ablation that taught the policy to write environment text)."""
-    alpha: float = bounded(0.75, 0, 1, low_open=True, **_WITH_PAW)
-    """Fraction of transitions (by action entropy) that get the WM loss."""
-    entropy_score: Literal["full", "sampled"] = field(default="full", metadata=_WITH_PAW)
-    """The action entropy that ranks transitions for the WM loss: ``full`` (mean entropy of the
-    full next-token distribution at the action tokens; the paper's prose, "action-token
-    entropy") or ``sampled`` (−mean q_i log q_i over the sampled tokens' probabilities q_i, the
-    paper's §3.1 formula read literally). See docs/training.md."""
-    rho: float = bounded(0.2, 0, 1, **_WITH_PAW)
-    """CMAE confidence threshold."""
-    adaptive_coef: bool = field(default=True, metadata=_WITH_PAW)
-    """Reward-adaptive λ_g (False: λ_g ≡ 1)."""
+    # the native trainer's own world-model options (the TRL integration has neither)
     wm_zero_signal_groups: bool = field(default=True, metadata=_WITH_PAW)
     """The WM term also trains on the transitions of groups whose advantages are all 0 (every
     episode scored the same: the RL term has no signal there). False leaves them out of the
@@ -164,14 +128,6 @@ class TrainConfig(CheckedConfig):
     wm_invalid_actions: bool = field(default=True, metadata=_WITH_PAW)
     """The WM term also trains on transitions whose action the env rejected (their next
     observation is the env's error text). False leaves them out of the entropy selection."""
-    lambda_return: Literal["task", "total"] = field(default="task", metadata=_WITH_PAW)
-    """The return whose group mean R̄_g sets λ_g = max(0, 1 − R̄_g / r_max): ``task`` (the env's
-    own reward, without invalid-action penalties: R̄_g ∈ [0, r_max], so λ_g ∈ [0, 1], as Eq. 10
-    means it) or ``total`` (with the penalties, which push λ_g above 1 in groups without a win;
-    the behaviour before issue 25)."""
-    lambda_clamp: bool = field(default=False, metadata=_WITH_PAW)
-    """Cap λ_g at 1 (matters only with ``lambda_return: total``, where penalties can make
-    R̄_g < 0)."""
     norm_adv_by_std: bool = True
     """GRPO / GiGPO: divide group-centred returns by the group std (the paper's setting). False is
     "Dr. GRPO" (mean-centring only): with std normalisation, a group without a win whose returns
@@ -255,9 +211,6 @@ class TrainConfig(CheckedConfig):
     gradient on noisy next-observation tokens (ASIN codes, brand-like capitals) under CE, MAE
     and CMAE (``wm_noise_share_*``; ``training.rl.diagnostics``). Costs one no-grad pass over the
     WM rows."""
-    max_obs_tokens: int | None = bounded(512, 1, MAX_TOKENS)
-    """Observation tokens kept as the WM target (the first ones); None keeps all, as the paper
-    (it states no cap; ``benchmarks/wm_target_lengths.py`` measures how often 512 cuts)."""
     lr: float = bounded(1e-6, 0, 1, what="a learning rate")
     """Actor learning rate."""
     critic_lr: float = bounded(1e-5, 0, 1, what="a learning rate", **_WITH_PPO)
@@ -361,6 +314,10 @@ class TrainConfig(CheckedConfig):
             raise ValueError(f"mixed_precision={self.mixed_precision!r} computes in bfloat16 over "
                              f"float32 weights sharded by FSDP: it needs sharding: fsdp and dtype:"
                              f" float32 (got sharding={self.sharding!r}, dtype={self.dtype!r})")
+        if self.lora and self.lora_dropout > 0:
+            raise bad("lora_dropout", "0 in RL training: the training pass must score each token "
+                      "as the rollout sampled it (dropout moves the PPO ratio off 1 before any "
+                      "update); sft takes it")
         if self.device is not None and not _DEVICE.fullmatch(self.device):
             raise bad("device", "cpu, cuda, cuda:N, mps or none (CUDA when available)")
         if self.group_size < 2 and self.algo in ("grpo", "gigpo", "rloo"):
@@ -529,16 +486,21 @@ def save_config(config, path: str | Path) -> None:
 
 @functools.lru_cache(maxsize=None)
 def field_docs(cls: type) -> dict[str, str]:
-    """Field docstrings (the string literal after each field), for --help and the docs."""
+    """Field docstrings (the string literal after each field), for --help and the docs; a
+    field declared in a base class (``ModelConfig``, ``PaWSettings``) has the base's, unless the
+    class redeclares it with its own."""
     import ast
     import inspect
     import textwrap
 
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     docs: dict[str, str] = {}
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    for node, following in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr) and \
-                isinstance(getattr(following, "value", None), ast.Constant):
-            docs[node.target.id] = str(following.value.value)  # type: ignore[union-attr]
+    for owner in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(owner) or owner.__module__ == "builtins":
+            continue
+        tree = ast.parse(textwrap.dedent(inspect.getsource(owner)))
+        body = tree.body[0].body  # type: ignore[attr-defined]
+        for node, following in zip(body, body[1:]):
+            if isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr) and \
+                    isinstance(getattr(following, "value", None), ast.Constant):
+                docs[node.target.id] = str(following.value.value)  # type: ignore[union-attr]
     return docs

@@ -11,6 +11,7 @@ import torch
 
 from training.config import TrainConfig
 from training.infra.checkpoint import is_adapter_dir
+from training.infra.model_config import ModelConfig
 
 
 def torch_dtype(name: str):
@@ -97,8 +98,7 @@ def build_policy(config: TrainConfig, device: str | None = None):
         policy.model = PeftModel.from_pretrained(policy.model, config.init_checkpoint,
                                                  is_trainable=True).to(policy.device)
     elif config.lora:
-        policy.model = add_lora(policy.model, r=config.lora_r, alpha=config.lora_alpha,
-                                targets=config.lora_target_modules, dropout=config.lora_dropout)
+        policy.model = add_lora(policy.model, config)
     if config.gradient_checkpointing:
         policy.model.gradient_checkpointing_enable(
             gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -106,21 +106,32 @@ def build_policy(config: TrainConfig, device: str | None = None):
             policy.model.enable_input_require_grads()
     # Dropout would make the training pass disagree with the rollout's log-probs, so the model
     # stays in eval mode; transformers only checkpoints layers in train mode, so with gradient
-    # checkpointing it is put in train mode (Qwen2's attention dropout is 0; keep lora_dropout 0).
+    # checkpointing it is put in train mode (Qwen2's attention dropout is 0, and TrainConfig
+    # refuses a lora_dropout).
     policy.model.train(config.gradient_checkpointing)
     return policy
 
 
-def add_lora(model, *, r: int, alpha: int, targets, dropout: float = 0.0):
-    """``model`` wrapped in a fresh LoRA adapter (peft's ``get_peft_model``): rank ``r``, scale
-    ``alpha / r``, on the layers ``targets`` names (checked first: a name that matches no layer
-    is one ``ValueError`` naming the layers there are), with ``dropout``. The one LoRA wrapping
-    of ``train``, ``sft`` and ``train-wm``."""
-    from peft import LoraConfig, get_peft_model
+def lora_config(model, config: ModelConfig):
+    """peft's ``LoraConfig`` of ``config`` for ``model``: rank ``lora_r``, scale ``lora_alpha /
+    lora_r``, ``lora_dropout``, on the layers ``lora_target_modules`` names (checked first: a
+    name that matches no layer of ``model`` is one ``ValueError`` naming the layers there
+    are)."""
+    from peft import LoraConfig
 
-    check_lora_targets(targets, layer_names(model))
-    return get_peft_model(model, LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout,
-                                            target_modules=list(targets), task_type="CAUSAL_LM"))
+    check_lora_targets(config.lora_target_modules, layer_names(model))
+    return LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha,
+                      lora_dropout=config.lora_dropout,
+                      target_modules=list(config.lora_target_modules), task_type="CAUSAL_LM")
+
+
+def add_lora(model, config: ModelConfig):
+    """``model`` wrapped in a fresh LoRA adapter of :func:`lora_config` (peft's
+    ``get_peft_model``): the one LoRA wrapping of ``train``, ``sft`` and ``train-wm``; the TRL
+    integration hands the same ``LoraConfig`` to TRL, which wraps it."""
+    from peft import get_peft_model
+
+    return get_peft_model(model, lora_config(model, config))
 
 
 def check_vllm_installed(name: str = "rollout_backend") -> None:

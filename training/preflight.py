@@ -167,11 +167,11 @@ def check_device(device: str | None, name: str = "device") -> None:
 
 
 def check_dtype(dtype: str, device: str | None, name: str = "dtype") -> None:
-    """``dtype`` is one of :data:`training.config.WeightDtype` and runs on ``device`` (resolved
+    """``dtype`` is one of :data:`training.infra.model_config.WeightDtype` and runs on ``device`` (resolved
     as the trainer resolves None): bfloat16 on a GPU without it, float64 on MPS are refused."""
     import typing
 
-    from training.config import WeightDtype
+    from training.infra.model_config import WeightDtype
 
     accepted = typing.get_args(WeightDtype)
     if dtype not in accepted:

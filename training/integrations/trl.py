@@ -62,11 +62,13 @@ from trl import GRPOConfig, GRPOTrainer
 from agents.sampling import DEFAULT_STOP
 from agents.transcript import TRANSCRIPT_TEMPLATE, EpisodeSequence, TranscriptAgent
 from agents.types import Trajectory
-from training.config import TrainConfig
+from training.config import field_docs
 from training.infra.checked_config import (MAX_TOKENS, SEED_BOUNDS, CheckedConfig, bounded,
-                                           check_bounds, checkfield_types, env_id, text)
+                                           env_id, field_types, text)
+from training.infra.model_config import ModelConfig
+from training.infra.paw_settings import PaWSettings
 from training.preflight import check_env, check_model
-from training.rl.losses import WM_LOSS_KINDS, select_by_entropy, wm_token_loss
+from training.rl.losses import select_by_entropy, wm_token_loss
 from training.rl.objective import wm_weights
 from training.rl.rollout_batch import entropy_score, lambda_return, lambdas_of_returns
 
@@ -339,63 +341,39 @@ def check_dataset_rows(dataset: Any, env_id: str, name: str) -> None:
         row_task_seed(prompt, env_id, f"{name} row {index}")
 
 
-#: PaWGRPOConfig's ranges: those TrainConfig's own fields declare.
-PAW_BOUNDS = {item.name: item.metadata["bounds"] for item in dataclasses.fields(TrainConfig)
-              if item.name in ("alpha", "rho", "r_max", "max_obs_tokens")}
+def trl_arguments(settings: type) -> type:
+    """``settings``' fields as a dataclass that TRL's argument parser (``HfArgumentParser``)
+    takes: the same names, types and defaults, each field's docstring as its ``help``. Their
+    checks stay with ``settings`` (the parser hands a field's metadata to argparse, which takes
+    no other keys): a config built on this class checks its values by making a ``settings``
+    of them."""
+    docs, kinds = field_docs(settings), field_types(settings)
+    return dataclasses.make_dataclass(
+        f"{settings.__name__}Arguments",
+        [(item.name, kinds[item.name], field(default=item.default,
+                                             metadata={"help": docs[item.name]}))
+         for item in dataclasses.fields(settings)])
 
 
 @dataclass
-class PaWGRPOConfig(GRPOConfig):
-    """TRL's ``GRPOConfig`` plus PaW's world-model term (defaults: the paper's and the native
-    trainer's, ``training.config.TrainConfig``)."""
-
-    paw: bool = field(default=True, metadata={
-        "help": "Add the world-model term (False: TRL's GRPO alone, with the same rollouts)."})
-    wm_loss: str = field(default="cmae", metadata={
-        "help": "WM token loss: cmae (PaW), mae or ce."})
-    alpha: float = field(default=0.75, metadata={
-        "help": "Fraction of transitions (highest action entropy) that get the WM loss."})
-    entropy_score: str = field(default="full", metadata={
-        "help": "Action entropy that ranks transitions: full (mean entropy of the next-token "
-                "distribution at the action tokens) or sampled."})
-    rho: float = field(default=0.2, metadata={"help": "CMAE confidence threshold."})
-    adaptive_coef: bool = field(default=True, metadata={
-        "help": "Reward-adaptive λ_g = max(0, 1 − R̄_g / r_max) (False: λ_g = 1)."})
-    r_max: float = field(default=10.0, metadata={
-        "help": "Largest attainable episode return of the env (sets λ_g)."})
-    lambda_return: str = field(default="task", metadata={
-        "help": "Return whose group mean sets λ_g: task (without invalid-action penalties) "
-                "or total."})
-    lambda_clamp: bool = field(default=False, metadata={"help": "Cap λ_g at 1."})
-    max_obs_tokens: int | None = field(default=512, metadata={
-        "help": "Observation tokens per transition that are WM targets (the first ones)."})
+class PaWGRPOConfig(GRPOConfig, trl_arguments(PaWSettings)):
+    """TRL's ``GRPOConfig`` plus PaW's world-model term: the fields of
+    :class:`~training.infra.paw_settings.PaWSettings` (``paw``, ``wm_loss``, ``alpha``,
+    ``rho``, λ_g's ``adaptive_coef``, ``r_max``...), with its defaults (the paper's and the
+    native trainer's) and its checks."""
 
     def __post_init__(self):
         if self.bf16 is None and not self.fp16 and not torch.cuda.is_available():
             self.bf16 = False  # TRL's default (bf16) refuses a machine without a GPU
         super().__post_init__()
-        # PaW's own fields, as TrainConfig's: types (paw='no' is no bool), then choices and
+        # PaW's fields checked by their one declaration: types (paw='no' is no bool), choices,
         # ranges (TRL checks its own fields).
-        checkfield_types(self, paw_fields())
-        for name, choices in (("wm_loss", WM_LOSS_KINDS), ("entropy_score", ("full", "sampled")),
-                              ("lambda_return", ("task", "total"))):
-            if getattr(self, name) not in choices:
-                raise ValueError(f"{name}={getattr(self, name)!r} is invalid; expected "
-                                 + " | ".join(choices))
-        check_bounds(self, PAW_BOUNDS)  # not in field metadata: TRL's parser reads that
+        PaWSettings(**PaWSettings.values_of(self))
         if self.paw and self.temperature != 1.0:
             raise ValueError(f"temperature={self.temperature!r} with paw: TRL scores every "
                              f"completion token at the sampling temperature, and the WM term "
                              f"needs the model's own distribution over o_{{t+1}}; use "
                              f"temperature=1.0 (the paper's rollout temperature) or paw=False")
-
-
-@functools.lru_cache(maxsize=None)
-def paw_fields() -> tuple[str, ...]:
-    """The fields :class:`PaWGRPOConfig` adds to TRL's ``GRPOConfig``."""
-    trl_fields = {item.name for item in dataclasses.fields(GRPOConfig)}
-    return tuple(item.name for item in dataclasses.fields(PaWGRPOConfig)
-                 if item.name not in trl_fields)
 
 
 class PaWGRPOTrainer(GRPOTrainer):
@@ -404,7 +382,11 @@ class PaWGRPOTrainer(GRPOTrainer):
     ``paw/wm_loss`` (the micro-batch's L_WM share) and ``paw/lambda`` (mean λ_g).
 
     Args:
-        model: as ``GRPOTrainer``'s (a hub name, folder or model).
+        model: as ``GRPOTrainer``'s (a hub name, folder or model), or a
+            :class:`~training.infra.model_config.ModelConfig` (``train``'s and ``sft``'s
+            fields): the model loaded in its ``dtype`` and, with ``lora``, its LoRA settings
+            handed to TRL as ``peft_config`` (the target modules checked against the model's
+            layers first: :func:`training.models.lora_config`).
         env: the :class:`EnvRollout` that plays the episodes.
         args: a :class:`PaWGRPOConfig`.
         reward_funcs: default ``[env_return]``.
@@ -419,7 +401,14 @@ class PaWGRPOTrainer(GRPOTrainer):
             raise TypeError(f"args must be a PaWGRPOConfig, got {type(args).__name__}")
         for name in ("train_dataset", "eval_dataset"):  # before the model loads
             check_dataset_rows(kwargs.get(name), env.env_id, name)
-        if isinstance(model, (str, Path)):  # before TRL loads it or asks the hub
+        if isinstance(model, ModelConfig):
+            model, peft_config = load_model(model)
+            if peft_config is not None:
+                if kwargs.get("peft_config") is not None:
+                    raise ValueError("peft_config given beside a ModelConfig with lora: true; "
+                                     "give the LoRA settings in one of them")
+                kwargs["peft_config"] = peft_config
+        elif isinstance(model, (str, Path)):  # before TRL loads it or asks the hub
             model = check_model(model)  # an offline model's name: its folder
         super().__init__(model=model, reward_funcs=reward_funcs or [env_return], args=args,
                          rollout_func=env, **kwargs)
@@ -502,6 +491,18 @@ class PaWGRPOTrainer(GRPOTrainer):
         scale = (self.accelerator.num_processes * self.args.steps_per_generation
                  / self.current_gradient_accumulation_steps)
         return loss + scale * wm
+
+
+def load_model(config: ModelConfig):
+    """``config.model`` (a hub name, folder or offline model's name) loaded in ``config.dtype``,
+    and with ``lora`` its peft ``LoraConfig`` for TRL to wrap it in (else None)."""
+    from transformers import AutoModelForCausalLM
+
+    from training.models import lora_config, torch_dtype
+
+    model = AutoModelForCausalLM.from_pretrained(check_model(config.model),
+                                                 dtype=torch_dtype(config.dtype))
+    return model, (lora_config(model, config) if config.lora else None)
 
 
 def transcript_wm_loss(logprobs: torch.Tensor, wm_index: torch.Tensor, wm_weight: torch.Tensor,

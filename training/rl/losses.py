@@ -8,10 +8,14 @@ Shapes: ``B`` transitions (rows), ``T`` token positions; masks are ``bool`` or 0
 from __future__ import annotations
 
 import math
+import typing
 
 import torch
 
-WM_LOSS_KINDS = ("cmae", "mae", "ce")
+from training.infra.paw_settings import WMLoss
+
+#: The world-model token losses (``PaWSettings.wm_loss``'s choices).
+WM_LOSS_KINDS: tuple[str, ...] = typing.get_args(WMLoss)
 
 
 def wm_token_loss(logprobs: torch.Tensor, mask: torch.Tensor, kind: str = "cmae",

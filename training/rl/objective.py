@@ -19,11 +19,12 @@ recomputes them in backward only for positions whose gradient is non-zero.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
 
+from training.infra.paw_settings import PaWSettings
 from training.rl.batch import MicroBatch, Sample
 from training.rl.correction import correction_weights, ratio_bound
 from training.rl.losses import (clipped_token_fraction, kl_k3, ppo_clip_token_loss,
@@ -32,14 +33,13 @@ from training.rl.losses import (clipped_token_fraction, kl_k3, ppo_clip_token_lo
 
 @dataclass
 class ObjectiveSettings:
-    """Loss switches (the paper's ablations) and PPO-clip settings."""
+    """The objective's settings: the world-model term's, shared with the run's config, and the
+    RL term's (PPO-clip, KL, aggregation, entropy bonus, rollout correction)."""
 
-    paw: bool = True
-    """Add the world-model term (False: the plain RL baseline)."""
-    wm_loss: str = "cmae"
-    """WM token loss: ``cmae`` (PaW), ``mae`` or ``ce`` (ablations)."""
-    rho: float = 0.2
-    """CMAE confidence threshold ρ."""
+    world_model: PaWSettings = field(default_factory=PaWSettings)
+    """The world-model term's settings (a run's ``TrainConfig`` is one): the objective reads
+    ``paw`` (False: the plain RL baseline), ``wm_loss`` and ``rho``; the transitions selected
+    and λ_g come with the batch."""
     clip_eps: float = 0.2
     """PPO clip range ε (lower side)."""
     clip_eps_high: float | None = None
@@ -298,8 +298,8 @@ def objective_weights(samples: list[Sample], selected: torch.Tensor,
             w_rl[i] = 1.0 / (n_groups * tokens[s.group])
         else:
             w_rl[i] = 1.0 / (n_groups * rows[s.group] * s.action_len)
-    w_wm = (wm_weights([s.group for s in samples], selected, group_lambda) if settings.paw
-            else torch.zeros(len(samples)))
+    w_wm = (wm_weights([s.group for s in samples], selected, group_lambda)
+            if settings.world_model.paw else torch.zeros(len(samples)))
     return w_rl, w_wm
 
 
@@ -399,7 +399,8 @@ def micro_batch_loss(model, batch: MicroBatch, w_rl: torch.Tensor, w_wm: torch.T
     }
     if wm_rows.any():
         obs = batch.obs_mask & wm_rows[:, None]
-        per_row_wm = wm_token_loss(logprobs, obs, kind=settings.wm_loss, rho=settings.rho)
+        per_row_wm = wm_token_loss(logprobs, obs, kind=settings.world_model.wm_loss,
+                                   rho=settings.world_model.rho)
         wm_term = (w_wm * per_row_wm).sum()
         loss = loss + wm_term
         n_obs = float(obs.sum())
@@ -408,7 +409,8 @@ def micro_batch_loss(model, batch: MicroBatch, w_rl: torch.Tensor, w_wm: torch.T
             wm_loss_sum=float(per_row_wm.detach()[wm_rows].sum()),
             wm_term=float(wm_term.detach()),
             obs_tokens=n_obs,
-            obs_clipped_tokens=float(clipped_token_fraction(logprobs, obs, settings.rho)) * n_obs,
+            obs_clipped_tokens=float(clipped_token_fraction(logprobs, obs,
+                                                            settings.world_model.rho)) * n_obs,
         )
     return loss, stats
 

@@ -51,9 +51,10 @@ RANK_INDEPENDENT_TOTALS = ("optimizer_steps", "skipped", "critic_steps")
 
 
 def objective_settings(config: TrainConfig) -> ObjectiveSettings:
-    """The objective's settings from a run's config."""
+    """The objective's settings from a run's config (its world-model settings are the config's
+    own :class:`~training.infra.paw_settings.PaWSettings` fields)."""
     return ObjectiveSettings(
-        paw=config.paw, wm_loss=config.wm_loss, rho=config.rho, clip_eps=config.clip_eps,
+        world_model=config, clip_eps=config.clip_eps,
         clip_eps_high=config.clip_eps_high, kl_coef=config.kl_coef, rl_agg=config.rl_agg,
         action_temperature=config.temperature, entropy_coef=config.entropy_coef,
         rollout_correction=config.rollout_correction,

@@ -9,27 +9,26 @@ working policy to start RL from, as instruction tuning gives a hub model.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from training.config import LORA_TARGET_MODULES
-from training.infra.checked_config import (MAX_LORA_RANK, MAX_TOKENS, CheckedConfig, bounded,
-                                           model_name, only_with, output_folder, text)
-
-_WITH_LORA = only_with("lora is true", lambda c: c.lora)
+from training.infra.checked_config import (MAX_TOKENS, bounded, model_name, output_folder,
+                                           text)
+from training.infra.model_config import ModelConfig
 
 # torch and the batching code are imported inside the functions: ``paw-gym`` imports this
 # module (for SFTConfig) when it builds its parser, and must stay quick to start.
 
 
 @dataclass
-class SFTConfig(CheckedConfig):
-    """Supervised warm start on recorded expert transitions."""
+class SFTConfig(ModelConfig):
+    """Supervised warm start on recorded expert transitions. The model, its dtype and its LoRA
+    adapter are :class:`~training.infra.model_config.ModelConfig`'s fields, as ``train``'s."""
 
+    # ModelConfig's, with this command's defaults: the tiny model, every weight trained
     model: str = model_name("runs/tiny-model")
-    """The model to fine-tune: a hub name, a model folder, a .gguf file or an offline model's
-    name (``smollm2-135m-instruct``, ``qwen2.5-coder-0.5b-instruct``)."""
+    lora: bool = False
     system_prompt: str | None = text(None)
     """The system message before every prompt (train and eval the result with the same). None (default): the env's prompt alone; a chat
     template that would insert its own default system message (SmolLM2's "You are a helpful AI
@@ -57,15 +56,6 @@ class SFTConfig(CheckedConfig):
     """Longest prompt + action row (the prompt is cut from the left)."""
     max_grad_norm: float = bounded(1.0, 0, 10**6, low_open=True)
     """Gradient clipping norm."""
-    lora: bool = False
-    """Train a LoRA adapter instead of all weights."""
-    lora_r: int = bounded(16, 1, MAX_LORA_RANK, **_WITH_LORA)
-    """LoRA rank."""
-    lora_alpha: int = bounded(32, 1, 10**6, **_WITH_LORA)
-    """LoRA scaling numerator."""
-    lora_target_modules: list[str] = text(factory=lambda: list(LORA_TARGET_MODULES),
-                                          **_WITH_LORA)
-    """Module names that get adapters."""
     seed: int = bounded(0, 0, 2**32, high_open=True)
     """Shuffling and initialisation seed."""
     device: str | None = text(None)
@@ -120,18 +110,18 @@ def _fine_tune(config: SFTConfig, output) -> list[dict[str, Any]]:
     from agents.hf_policy import HFPolicy
     from paw_gym.progress import progress_bar
     from training.rl.batch import collate
+    from training.models import add_lora, torch_dtype
     from training.rl.objective import gather_logprobs
 
     random.seed(config.seed)
     torch.manual_seed(config.seed)
-    policy = HFPolicy(config.model, device=config.device, dtype="auto", seed=config.seed,
-                      system_prompt=config.system_prompt)
+    policy = HFPolicy(config.model, device=config.device, dtype=torch_dtype(config.dtype),
+                      seed=config.seed, system_prompt=config.system_prompt)
     if config.lora:
-        from training.models import add_lora
-
-        policy.model = add_lora(policy.model, r=config.lora_r, alpha=config.lora_alpha,
-                                targets=config.lora_target_modules)
-    model = policy.model.eval()  # no dropout: the tiny models have none, hub models keep parity
+        policy.model = add_lora(policy.model, config)
+    # eval mode (no dropout) unless the adapter asks for its own dropout: the tiny models have
+    # none, hub models keep parity with how they score in RL
+    model = policy.model.train(config.lora and config.lora_dropout > 0)
     samples = load_examples(policy, config.replay, config.successful_only, config.max_seq_len)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)

@@ -8,10 +8,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from agents.serialization import WMContext
-from training.config import LORA_TARGET_MODULES
-from training.infra.checked_config import (MAX_LORA_RANK, MAX_TOKENS, CheckedConfig, bounded,
-                                           input_folder, model_name, only_with, output_folder,
-                                           text)
+from training.infra.checked_config import (MAX_TOKENS, bounded, input_folder, model_name,
+                                           only_with, output_folder, text)
+from training.infra.model_config import ModelConfig
 from training.world_model.rewards import DEFAULT_TAU, make_reward
 
 
@@ -21,20 +20,22 @@ _WITH_RWML = only_with("method is rwml", lambda c: c.method == "rwml")
 _WITH_EASY_FILTER = only_with("method is rwml and easy_filter is true",
                               lambda c: c.method == "rwml" and c.easy_filter)
 _WITH_CMAE = only_with("method is cmae", lambda c: c.method == "cmae")
-_WITH_LORA = only_with("lora is true", lambda c: c.lora)
 #: How the train/validation split keys episodes (written to wm_config.json, checked by eval-wm).
 SPLIT_KEY = "episode-transitions-sha256"
 
 
 @dataclass
-class WorldModelConfig(CheckedConfig):
-    """Training a world model on a WM replay (``paw-gym train-wm``)."""
+class WorldModelConfig(ModelConfig):
+    """Training a world model on a WM replay (``paw-gym train-wm``). The model, its dtype and
+    its LoRA adapter are :class:`~training.infra.model_config.ModelConfig`'s fields, as
+    ``train``'s."""
 
     method: Literal["rwml", "sft", "cmae"] = "rwml"
     """rwml (GRPO on next-state prediction), sft (cross-entropy on the next state: the WM SFT
     baseline) or cmae (PaW's clipped-MAE world-model loss, offline)."""
+    # ModelConfig's, with this command's defaults: the tiny model, every weight trained
     model: str = model_name("runs/tiny-model")
-    """Hub name or directory of the model to train."""
+    lora: bool = False
     replay: str | None = input_folder(None)
     """WMReplay directory of the transitions (default: <output_dir>/replay, recorded first with
     --record_env)."""
@@ -97,15 +98,6 @@ class WorldModelConfig(CheckedConfig):
     """An example whose mean reward over the samples is >= this is easy."""
     easy_keep_prob: float = bounded(0.1, 0, 1, what="a probability", **_WITH_EASY_FILTER)
     """Probability of keeping an easy example."""
-    lora: bool = False
-    """Train a LoRA adapter instead of all weights."""
-    lora_r: int = bounded(16, 1, MAX_LORA_RANK, **_WITH_LORA)
-    """LoRA rank."""
-    lora_alpha: int = bounded(32, 1, 10**6, **_WITH_LORA)
-    """LoRA scaling numerator."""
-    lora_target_modules: list[str] = text(factory=lambda: list(LORA_TARGET_MODULES),
-                                          **_WITH_LORA)
-    """Module names that get adapters."""
     token_budget: int = bounded(8192, 1, MAX_TOKENS)
     """Padded tokens per micro-batch (gradient accumulation beyond it)."""
     device: str | None = text(None)
@@ -118,6 +110,10 @@ class WorldModelConfig(CheckedConfig):
     def _check_relations(self) -> None:
         """What goes with ``method``, and a usable ``reward``
         (:func:`training.config.check_config` calls this after the fields' types and bounds)."""
+        if self.lora and self.lora_dropout > 0:
+            raise ValueError(f"lora_dropout={self.lora_dropout} is invalid; expected 0 for "
+                             f"train-wm (it trains in eval mode: rwml's training pass must "
+                             f"score each answer as it was sampled); sft takes it")
         if self.method == "rwml" and self.group_size < 2:
             raise ValueError(f"group_size={self.group_size} is invalid; expected an integer >= 2 "
                              f"for rwml (GRPO compares the answers of a group)")

@@ -52,14 +52,12 @@ def sample_predictions(policy, examples: Sequence[WMExample], samples: int, *,
 def load_trainable_policy(config: WorldModelConfig):
     """An ``HFPolicy`` on ``config.model``, wrapped in a fresh LoRA adapter when ``lora``."""
     from agents.hf_policy import HFPolicy
+    from training.models import add_lora, torch_dtype
 
-    policy = HFPolicy(config.model, device=config.device, dtype="auto", seed=config.seed,
-                      max_context=config.max_seq_len)
+    policy = HFPolicy(config.model, device=config.device, dtype=torch_dtype(config.dtype),
+                      seed=config.seed, max_context=config.max_seq_len)
     if config.lora:
-        from training.models import add_lora
-
-        policy.model = add_lora(policy.model, r=config.lora_r, alpha=config.lora_alpha,
-                                targets=config.lora_target_modules)
+        policy.model = add_lora(policy.model, config)
     policy.model.eval()  # no dropout: sampling and training passes must agree
     return policy
 
@@ -144,6 +142,7 @@ def rwml_step(policy, optimizer, reference, examples: Sequence[WMExample], rewar
 
     from training.rl.advantages import grpo
     from training.rl.batch import Sample, collate, token_budget_batches
+    from training.infra.paw_settings import PaWSettings
     from training.rl.objective import (ObjectiveSettings, gather_logprobs, micro_batch_loss,
                                        objective_weights)
 
@@ -160,8 +159,8 @@ def rwml_step(policy, optimizer, reference, examples: Sequence[WMExample], rewar
     samples = [Sample(list(o.prompt_ids) + list(o.response_ids), len(o.prompt_ids),
                       len(o.response_ids), 0, list(o.logprobs), advantage=float(adv), group=g)
                for o, adv, g in zip(outputs, advantages, group_ids) if o.response_ids]
-    settings = ObjectiveSettings(paw=False, clip_eps=config.clip_eps, kl_coef=config.kl_coef,
-                                 action_temperature=config.temperature)
+    settings = ObjectiveSettings(world_model=PaWSettings(paw=False), clip_eps=config.clip_eps,
+                                 kl_coef=config.kl_coef, action_temperature=config.temperature)
     device = next(policy.model.parameters()).device
     batches = token_budget_batches([len(s) for s in samples], config.token_budget)
     if config.kl_coef > 0:
