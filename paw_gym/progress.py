@@ -48,6 +48,24 @@ def generated_tokens() -> int:
     return _generated[0]
 
 
+#: Tokens this process has run through a counted model's decoder, forward and backward (hooks a
+#: training command puts on its model, ``training.models.count_layer_passes``, add each layer's
+#: share of its batch as the layer finishes): a line of a bar gives them too, so that a long
+#: training or scoring pass, which finishes no row for minutes, still shows its work moving.
+_passed = {"forward": 0.0, "backward": 0.0}
+
+
+def count_passed(direction: Literal["forward", "backward"], tokens: float) -> None:
+    """Add ``tokens`` (a share of a pass: one layer of L over a batch of B·T tokens adds
+    B·T / L) to this process's ``direction`` count."""
+    _passed[direction] += tokens
+
+
+def passed_tokens() -> tuple[float, float]:
+    """Tokens this process has run through counted models so far: (forward, backward)."""
+    return _passed["forward"], _passed["backward"]
+
+
 def is_terminal(stream: TextIO | None = None) -> bool:
     """Whether ``stream`` (default: stderr, where bars go) is an interactive terminal."""
     stream = sys.stderr if stream is None else stream
@@ -148,8 +166,10 @@ class LineProgress:
     """tqdm's bar interface, printing ``desc: n/total unit (elapsed, tokens, postfix)`` lines:
     at every further 10 % of ``total``, at close, and whenever ``min_interval`` seconds passed
     without one, even with no update in between (a background thread; a batched rollout may
-    finish no episode for minutes, so a line also gives the tokens sampled since the bar began,
-    :func:`count_generated`), so no phase is silent for longer in a log file. With
+    finish no episode for minutes and a training pass no row, so a line also gives the tokens
+    sampled, :func:`count_generated`, and run forward and backward through a counted model,
+    :func:`count_passed`, since the bar began), so no phase is silent for longer in a log
+    file. With
     ``heartbeat_only`` it prints only the last kind: a phase shorter than ``min_interval``
     leaves no line."""
 
@@ -162,6 +182,7 @@ class LineProgress:
         self.heartbeat_only = heartbeat_only
         self.postfix = ""
         self._tokens_at_start = generated_tokens()
+        self._passed_at_start = passed_tokens()
         self._start = self._last_print = time.monotonic()
         self._printed_n: int | None = None
         self._lock = threading.Lock()
@@ -203,6 +224,10 @@ class LineProgress:
             elapsed = time.monotonic() - self._start
             sampled = generated_tokens() - self._tokens_at_start
             tail = f", {sampled:,} tokens sampled" if sampled else ""
+            forward, backward = (now - then for now, then in zip(passed_tokens(),
+                                                                  self._passed_at_start))
+            if round(forward) or round(backward):
+                tail += f", {round(forward):,} tokens forward, {round(backward):,} backward"
             tail += f", {self.postfix}" if self.postfix else ""
             print(f"{self.desc}: {self.n}{of} {self.unit} ({elapsed:.0f} s{tail})",
                   file=self.file, flush=True)

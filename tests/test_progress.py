@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import time
 
+import pytest
+
 from paw_gym.progress import progress_bar
 
 
@@ -100,3 +102,46 @@ def test_a_batched_rollouts_lines_show_the_tokens_sampled_while_no_episode_ends(
     assert all(line.startswith("rollout: 0/8 episode (")
                for line in stream.getvalue().splitlines())
     assert len(sampled) >= 2 and sampled == sorted(sampled) and sampled[-1] > sampled[0] > 0
+
+
+def test_a_training_pass_moves_the_line_by_the_tokens_it_runs_and_leaves_the_numbers_alone(
+        tiny_model_dir):
+    """training.models.count_layer_passes: a forward pass of a [2, 5] batch adds 10 tokens
+    forward (each layer its share), its backward 10 backward, a no-grad pass nothing backward;
+    the hooked model's logits and gradients are the unhooked model's bit for bit; a bar's line
+    gives the tokens while no row is done."""
+    import copy
+
+    import torch
+
+    from agents.hf_policy import HFPolicy
+    from paw_gym.progress import passed_tokens
+    from training.models import count_layer_passes
+
+    model = HFPolicy(str(tiny_model_dir), device="cpu", seed=0).model
+    plain = copy.deepcopy(model)
+    count_layer_passes(model)
+    count_layer_passes(model)  # once per model: a second call adds no hooks
+    ids = torch.tensor([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]])
+    stream = io.StringIO()
+    bar = progress_bar(total=2, desc="SFT", unit="row", file=stream, progress="heartbeat")
+    before = passed_tokens()
+    logits = model(input_ids=ids).logits
+    middle = passed_tokens()
+    logits.float().logsumexp(-1).sum().backward()
+    after = passed_tokens()
+    with torch.no_grad():
+        model(input_ids=ids)
+    last = passed_tokens()
+    bar._print()
+    bar.close()
+    assert middle[0] - before[0] == pytest.approx(10) and middle[1] == before[1]
+    assert after[1] - middle[1] == pytest.approx(10)
+    assert last[0] - after[0] == pytest.approx(10) and last[1] == after[1]
+    assert stream.getvalue().startswith("SFT: 0/2 row (") and \
+        "20 tokens forward, 10 backward" in stream.getvalue()
+    reference = plain(input_ids=ids).logits
+    reference.float().logsumexp(-1).sum().backward()
+    assert torch.equal(logits, reference)
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip(model.parameters(), plain.parameters())
+               if a.grad is not None)

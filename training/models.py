@@ -99,6 +99,7 @@ def build_policy(config: TrainConfig, device: str | None = None):
                                                  is_trainable=True).to(policy.device)
     elif config.lora:
         policy.model = add_lora(policy.model, config)
+    count_layer_passes(policy.model)
     if config.gradient_checkpointing:
         policy.model.gradient_checkpointing_enable(
             gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -110,6 +111,32 @@ def build_policy(config: TrainConfig, device: str | None = None):
     # refuses a lora_dropout).
     policy.model.train(config.gradient_checkpointing)
     return policy
+
+
+def count_layer_passes(model) -> None:
+    """Hooks on each decoder layer of ``model`` (through a peft wrapper) that add the layer's
+    share of the tokens it passes, forward and, when a gradient flows back through it,
+    backward, to :func:`paw_gym.progress.count_passed`, so that a progress line moves during
+    a pass that takes minutes (SFT's batches, the RL update's micro-batches on a real model).
+    The hooks only count (the values and gradients are untouched); once per model."""
+    from paw_gym.progress import count_passed
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    layers = list(base.get_decoder().layers)
+    if not layers or getattr(base, "_paw_gym_counted", False):
+        return
+    base._paw_gym_counted = True
+    share = 1.0 / len(layers)
+
+    def counted(module, inputs, output):
+        hidden = output[0] if isinstance(output, tuple) else output
+        tokens = hidden.shape[0] * hidden.shape[1] * share
+        count_passed("forward", tokens)
+        if hidden.requires_grad:
+            hidden.register_hook(lambda grad: count_passed("backward", tokens))
+
+    for layer in layers:
+        layer.register_forward_hook(counted)
 
 
 def lora_config(model, config: ModelConfig):

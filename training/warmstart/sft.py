@@ -110,7 +110,7 @@ def _fine_tune(config: SFTConfig, output) -> list[dict[str, Any]]:
     from agents.hf_policy import HFPolicy
     from paw_gym.progress import progress_bar
     from training.rl.batch import collate
-    from training.models import add_lora, torch_dtype
+    from training.models import add_lora, count_layer_passes, torch_dtype
     from training.rl.objective import gather_logprobs
 
     random.seed(config.seed)
@@ -119,6 +119,7 @@ def _fine_tune(config: SFTConfig, output) -> list[dict[str, Any]]:
                       seed=config.seed, system_prompt=config.system_prompt)
     if config.lora:
         policy.model = add_lora(policy.model, config)
+    count_layer_passes(policy.model)  # a batch's progress shows before it ends
     # eval mode (no dropout) unless the adapter asks for its own dropout: the tiny models have
     # none, hub models keep parity with how they score in RL
     model = policy.model.train(config.lora and config.lora_dropout > 0)

@@ -52,12 +52,13 @@ def sample_predictions(policy, examples: Sequence[WMExample], samples: int, *,
 def load_trainable_policy(config: WorldModelConfig):
     """An ``HFPolicy`` on ``config.model``, wrapped in a fresh LoRA adapter when ``lora``."""
     from agents.hf_policy import HFPolicy
-    from training.models import add_lora, torch_dtype
+    from training.models import add_lora, count_layer_passes, torch_dtype
 
     policy = HFPolicy(config.model, device=config.device, dtype=torch_dtype(config.dtype),
                       seed=config.seed, max_context=config.max_seq_len)
     if config.lora:
         policy.model = add_lora(policy.model, config)
+    count_layer_passes(policy.model)
     policy.model.eval()  # no dropout: sampling and training passes must agree
     return policy
 
