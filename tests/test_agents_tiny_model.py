@@ -85,6 +85,7 @@ def test_cli_names_bad_input(tmp_path, capsys):
     assert "no_such_module_xyz" in capsys.readouterr().err
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("loss_on", ["all", "action"])
 def test_cli_pretrains_on_noisy_expert_episodes(tmp_path, capsys, loss_on):
     out = tmp_path / "tiny"

@@ -66,6 +66,7 @@ def test_walkthroughs_win_in_upstream_textworld_engine():
         assert state["won"], game_file
 
 
+@pytest.mark.heavy
 def test_fast_engine_matches_upstream_engine_text_and_commands():
     import textworld
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler

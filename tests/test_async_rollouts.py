@@ -4,7 +4,6 @@ schedule against the synchronous trainer, the staleness bound, and a resume afte
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -44,6 +43,7 @@ def _weights(trainer):
     return {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
 
 
+@pytest.mark.heavy
 def test_staleness_zero_is_the_synchronous_trainer(tiny_model_dir, tmp_path):
     """max_staleness 0: every rollout sampled by the worker with the weights the update starts
     from, so metrics and weights equal the synchronous run's on the same seed."""
@@ -66,6 +66,7 @@ def test_staleness_zero_is_the_synchronous_trainer(tiny_model_dir, tmp_path):
                ) > 0, "the updates should move the weights"
 
 
+@pytest.mark.heavy
 def test_no_rollout_trained_on_is_older_than_max_staleness(tiny_model_dir, tmp_path):
     """max_staleness 2 over four updates: rollouts 1-3 sampled by the first weights, the fourth
     by those after one update (as metrics.jsonl logs them); the correction sees the gap."""
@@ -144,6 +145,7 @@ def test_the_overlap_is_measured_against_the_phases_alone_and_slower_says_so():
     assert Overlap().add(False, 1.0, 100, 2.0, 1000, 2.0) == {}  # a resume: nothing timed alone
 
 
+@pytest.mark.heavy
 def test_an_async_run_logs_its_overlap_from_the_update_after_the_timed_one(tiny_model_dir,
                                                                           tmp_path):
     out = tmp_path / "run"

@@ -67,6 +67,7 @@ def test_an_unwritable_output_folder_fails_before_any_work(tmp_path, capsys, com
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.heavy
 def test_library_warnings_show_only_with_verbose(tiny_model_dir, tmp_path):
     """transformers warns about its own deprecations when LoRA wraps the model: paw-gym's
     output leaves it out, and ``--verbose`` shows it."""

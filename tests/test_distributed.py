@@ -383,6 +383,7 @@ def test_a_launch_whose_peer_never_joins_times_out_with_one_line(monkeypatch, ra
     assert not torch.distributed.is_initialized()
 
 
+@pytest.mark.heavy
 def test_train_with_a_missing_peer_exits_with_one_line(tiny_model_dir, tmp_path):
     """WORLD_SIZE=2 set by hand, no second process: one error line, not a silent hang."""
     env = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
@@ -411,6 +412,7 @@ JOIN_AND_SUM = textwrap.dedent("""
 """)
 
 
+@pytest.mark.heavy
 def test_the_bounded_join_makes_a_working_group_by_hand_and_under_torchrun(tmp_path):
     script = tmp_path / "join.py"
     script.write_text(JOIN_AND_SUM)

@@ -39,12 +39,14 @@ def reading_start(tmp_path_factory):
     return build_start(tmp_path_factory.mktemp("reading-start"))
 
 
+@pytest.mark.heavy
 def test_the_start_reads_its_prompt_but_does_not_yet_win(reading_start):
     policy = HFPolicy(str(reading_start), device="cpu")
     assert reading_probe(policy, ENV, HELD_OUT, split="test", **PROMPT) >= 0.8
     assert held_out_success(policy) <= 75.0
 
 
+@pytest.mark.heavy
 def test_grpo_with_paw_raises_held_out_success(reading_start, tmp_path):
     result = train_and_evaluate(reading_start, tmp_path, algo="grpo", paw=True)
     assert result["after"] - result["before"] >= MIN_GAIN, result

@@ -50,6 +50,7 @@ def test_every_built_in_env_is_packaged():
 
 @pytest.mark.parametrize("env_id", [pytest.param(env_id, marks=marks)
                                     for env_id, (_, _, marks) in PACKAGED.items()])
+@pytest.mark.heavy
 def test_openenvs_static_check_passes_the_package(env_id, tmp_path, capsys):
     from openenv.cli._cli_utils import validate_env_structure
     from openenv.validation import CheckStatus, Level, Verdict, run_validation

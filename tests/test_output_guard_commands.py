@@ -58,6 +58,7 @@ COMMANDS = list(PLANTED)
 REFUSED = {"train-wm": "replay/mydata.jsonl", "train": "config.before-step-000001.yaml"}
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", COMMANDS)
 def test_overwrite_keeps_every_users_entry_and_believes_no_hand_edited_record(
         name, tiny_model_dir, tmp_path, capsys):
@@ -207,6 +208,7 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
+@pytest.mark.heavy
 def test_a_checkpoint_killed_while_saved_is_never_loaded_and_resume_goes_on(tiny_model_dir,
                                                                              tmp_path,
                                                                              capsys):

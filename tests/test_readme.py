@@ -6,6 +6,8 @@ import os
 import re
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
 
@@ -63,6 +65,7 @@ def test_agents_example_runs(tiny_model_dir, capsys, one_torch_thread):
     assert "rollout: 8/8 episode" in out.err  # progress over the episodes, to the last
 
 
+@pytest.mark.heavy
 def test_trl_example_trains_the_tiny_model_with_paw(tiny_model_dir, tmp_path, monkeypatch,
                                                     one_torch_thread):
     """The README's TRL example, with the tiny model for the hub name: two GRPO + PaW steps

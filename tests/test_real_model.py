@@ -120,6 +120,7 @@ def test_the_templates_own_system_message_is_replaced_on_purpose(policy, name, t
         [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
 
 
+@pytest.mark.heavy
 def test_sampled_ids_and_logprobs_are_what_a_forward_pass_gives_with_stop_strings_and_eos(
         policy, name):
     """One response stops at a stop string (the token that completes it ends the ids), one at
@@ -141,6 +142,7 @@ def test_sampled_ids_and_logprobs_are_what_a_forward_pass_gives_with_stop_string
                               torch.tensor(out.logprobs), atol=1e-4)
 
 
+@pytest.mark.heavy
 def test_every_turn_of_a_shelf_rollout_is_trained_on_the_ids_it_sampled(policy, name):
     """Two Shelf episodes of two turns: each transition's prompt ids are the chat encoding of
     its prompt, and the trainer's row holds exactly the sampled response ids, scored to the
@@ -235,6 +237,7 @@ def test_the_world_model_gradient_reaches_only_the_observation_tokens(policy, wm
     assert set(torch.nonzero(rl_only).flatten().tolist()) <= action
 
 
+@pytest.mark.heavy
 def test_one_lora_update_moves_the_sampler_to_the_trainers_weights(name, tmp_path):
     """After a LoRA update on Shelf, the rollout's sampler is the trained model: what it samples
     next is what a teacher-forced pass of the updated weights gives, and those differ from the

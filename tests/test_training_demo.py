@@ -84,6 +84,7 @@ def test_the_demo_command_says_a_bad_rl_setting_in_one_line_before_any_work(tmp_
     assert not out.exists()
 
 
+@pytest.mark.heavy
 @pytest.mark.usefixtures("one_torch_thread")
 def test_small_demo_runs_end_to_end_and_reuses_the_cached_base(tmp_path, monkeypatch, capsys,
                                                                recwarn):

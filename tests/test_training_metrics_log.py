@@ -43,6 +43,7 @@ def test_trainer_metrics_reach_tensorboard_and_wandb(tiny_model_dir, tmp_path, w
     assert len(runs) == 1 and next(runs[0].glob("*.wandb")).stat().st_size > 0
 
 
+@pytest.mark.heavy
 def test_wandb_run_holds_every_numeric_metric_of_the_last_step(tmp_path, wandb_offline):
     logger = MetricsLogger(tmp_path, wandb=True, wandb_project="paw-gym-test",
                            config={"algo": "grpo"})

@@ -79,6 +79,7 @@ def test_pretraining_lowers_the_loss_and_saves_a_loadable_model(tiny_model_dir, 
         run_pretrain(PretrainConfig(model=str(tiny_model_dir), replay=str(demos), steps=0))
 
 
+@pytest.mark.heavy
 def test_next_observation_accuracy_is_greedy_decoding_of_the_next_observation(
         tiny_model_dir, demos, tmp_path):
     out, _ = run_pretrain(PretrainConfig(model=str(tiny_model_dir), replay=str(demos),

@@ -409,6 +409,7 @@ def test_a_logged_run_prints_each_phase_of_an_update(tiny_model_dir, tmp_path, c
         assert lines[rollout + 2].startswith(f"step {step}/2 |")
 
 
+@pytest.mark.heavy
 def test_no_phase_of_a_logged_run_is_silent_for_long(tiny_model_dir, tmp_path, capsys,
                                                      monkeypatch):
     """Outside a terminal, a rollout, an update and a validation that each take several times

@@ -155,6 +155,7 @@ def test_an_interrupted_run_names_its_checkpoint_and_the_resume_command(tiny_mod
     assert [r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1, 2]
 
 
+@pytest.mark.heavy
 def test_every_run_writes_each_rollout_transition_to_its_replay_once(tiny_model_dir, tmp_path):
     from wrappers import WMReplay
 
@@ -183,6 +184,7 @@ def test_every_run_writes_each_rollout_transition_to_its_replay_once(tiny_model_
     assert not (tmp_path / "off" / "replay").exists()
 
 
+@pytest.mark.heavy
 def test_validation_does_not_change_what_training_samples(tiny_model_dir, tmp_path):
     from wrappers import WMReplay
 

@@ -106,6 +106,7 @@ def test_the_bad_inputs_harness_calls_a_lost_user_file_lost(tmp_path):
     assert verdict == "lost" and message.startswith("lost ['out/notes.txt']")
 
 
+@pytest.mark.heavy
 def test_paw_overhead_times_the_same_rows_with_and_without_the_world_model_term():
     """gpu_check's Figure-5 part, CPU-sized: GRPO rows end after the response, the PaW rows are
     the same tokens with the observation on round(α·n) of them (all of them for the bound), and
