@@ -19,8 +19,9 @@ A round runs one update of each, in alternating order; after one warm-up round t
 the rounds are reported, with each side's rollout and update seconds (TRL's update is its step
 minus its rollout, timed around ``EnvRollout``) and the tokens each update ran forward and
 backward through the decoder (``training.models.count_layer_passes``), which say whether the
-two did the same work, and the update's seconds per 1,000 tokens backward. TRL's steps are timed from its ``on_step_begin`` to its ``on_step_end``
-(``trainer.train()`` is called once per round with one step, so TRL's own set-up is outside).
+two did the same work, and the update's seconds per 1,000 tokens backward. TRL's steps are
+timed from its ``on_step_begin`` to its ``on_step_end`` (``trainer.train()`` is called once per
+round with one step, so TRL's own set-up is outside).
 
     python -m benchmarks.trl_update_speed                  # 1 warm-up + 3 rounds, ~25 min here
     python -m benchmarks.trl_update_speed --rounds 1

@@ -23,9 +23,9 @@ from agents.serialization import WMContext
 from training.infra.checked_config import (MAX_TOKENS, bounded, env_id, field_types,
                                            input_folder, only_with, optional_base,
                                            output_folder, text)
+from training.infra.config_values import parse_value
 from training.infra.model_config import ModelConfig
 from training.infra.paw_settings import PaWSettings
-from training.infra.config_values import parse_value
 
 Algo = Literal["grpo", "gigpo", "rloo", "ppo"]
 #: ``rollout_correction`` modes (``training.rl.correction`` states each formula).

@@ -167,8 +167,9 @@ def check_device(device: str | None, name: str = "device") -> None:
 
 
 def check_dtype(dtype: str, device: str | None, name: str = "dtype") -> None:
-    """``dtype`` is one of :data:`training.infra.model_config.WeightDtype` and runs on ``device`` (resolved
-    as the trainer resolves None): bfloat16 on a GPU without it, float64 on MPS are refused."""
+    """``dtype`` is one of :data:`training.infra.model_config.WeightDtype` and runs on
+    ``device`` (resolved as the trainer resolves None): bfloat16 on a GPU without it, float64
+    on MPS are refused."""
     import typing
 
     from training.infra.model_config import WeightDtype

@@ -2,8 +2,8 @@
 L_WM, its token loss, and the reward-adaptive λ_g), declared once. The native trainer's
 ``TrainConfig`` and the TRL integration's ``PaWGRPOConfig`` inherit these fields (TRL's as
 argparse-ready copies, :func:`training.integrations.trl.trl_arguments`), and the objective's
-``ObjectiveSettings`` is these plus the RL term's, so a value means the same everywhere and is
-checked by the same declaration."""
+``ObjectiveSettings.world_model`` holds them (a run's config itself), so a value means the same
+everywhere and is checked by the same declaration."""
 
 from __future__ import annotations
 
