@@ -15,12 +15,17 @@ per update, 20 updates, one optimizer step per update, from the seed's pretraine
 Parts:
 
 * ``--throughput``: seed 0's base, ``--updates`` updates of each variant without validation,
-  in ``--rounds`` rounds whose variant order rotates; every process on one torch thread. Per
-  run, the medians over its updates (the first left out: it waits for the worker to start) of
-  the step time (``step_time``), the rollout's and the update's (``rollout_time``,
-  ``update_time``: in ``sync`` each runs alone, in async side by side), and an async run's own
-  ``async_speedup`` (:class:`training.rl.async_rollout.Overlap`); each async variant's ratio to
-  ``sync`` within a round, median over rounds; the load average before and after each run.
+  in ``--rounds`` rounds whose variant order rotates; every process on one torch thread; at
+  learning rate 0, so that every variant samples and trains the same tokens from the same
+  seeds (with learning, an async run's stale rollouts are longer: 20–30 % more tokens than the
+  sync run's on updates 2–8, which its step times would count as slowness). Per run, over its
+  updates but the first (which waits for the worker to start): the sum and the medians of the
+  step time, the rollout's and the update's (``rollout_time``, ``update_time``: in ``sync``
+  each runs alone, in async side by side), seconds per 1,000 generated and trained tokens, and
+  an async run's own ``async_speedup`` (:class:`training.rl.async_rollout.Overlap`, over the
+  same updates). Per round, each async variant's measured speed-up (``sync``'s summed step
+  time over its own) and its own figure over that; the load average before and after each
+  run.
 * ``--cores``: the machine itself: a single-thread matmul loop alone and two side by side,
   alternated over rounds: whether two processes slow each other down here, whatever they run.
 * ``--learning``: seeds 0..N−1, each variant's RL stage from the seed's base, then the demo's
@@ -135,21 +140,29 @@ def learning_run(variant: str, seed: int) -> Path:
     return path
 
 
-def _medians(history: list[dict[str, Any]]) -> dict[str, float]:
-    """Medians over a run's updates but the first (which waits for the worker to start)."""
+def _phases(history: list[dict[str, Any]]) -> dict[str, float]:
+    """A run's updates but the first (which waits for the worker to start): summed step time,
+    the medians of each phase, the seconds per 1,000 tokens and an async run's own figure."""
     rows = history[1:]
-    medians = {key: statistics.median(r[key] for r in rows)
-               for key in ("step_time", "rollout_time", "update_time")}
+    run = {"step_time_sum": sum(r["step_time"] for r in rows)}
+    run.update({key: statistics.median(r[key] for r in rows)
+                for key in ("step_time", "rollout_time", "update_time")})
+    generated = sum(r["gen_tokens_per_s"] * r["rollout_time"] for r in rows)
+    trained = sum(r["tokens_per_s"] * r["update_time"] for r in rows)
+    run.update(rollout_s_per_1k_generated=1000 * sum(r["rollout_time"] for r in rows) / generated,
+               update_s_per_1k_trained=1000 * sum(r["update_time"] for r in rows) / trained,
+               generated_tokens=generated, trained_tokens=trained)
     if "async_speedup" in rows[-1]:
-        medians["async_speedup"] = rows[-1]["async_speedup"]  # the run's own, cumulative
-        medians["sync_step_estimate"] = statistics.median(r["sync_step_estimate"]
-                                                          for r in rows)
-    return medians
+        run["async_speedup"] = rows[-1]["async_speedup"]  # the run's own, cumulative
+        run["sync_step_estimate"] = statistics.median(r["sync_step_estimate"] for r in rows
+                                                      if "sync_step_estimate" in r)
+    return run
 
 
 def throughput(rounds: int, updates: int, variants: list[str]) -> dict[str, Any]:
-    """Per-phase medians of each variant per round (rotating order), the load around each run,
-    and each async variant's ratio to ``sync``."""
+    """Each variant's phases per round (rotating order, the same work: learning rate 0), the
+    load around each run, and each async variant's measured speed-up over ``sync`` beside its
+    own figure."""
     import torch
 
     from benchmarks.common import machine
@@ -161,9 +174,9 @@ def throughput(rounds: int, updates: int, variants: list[str]) -> dict[str, Any]
         order = variants[r % len(variants):] + variants[:r % len(variants)]
         for variant in order:
             config = rl_stage(0, variant, WORK / f"throughput-{variant}", total_steps=updates,
-                              val_every=0, val_before_train=False, record_replay=False)
+                              val_every=0, val_before_train=False, record_replay=False, lr=0.0)
             before = os.getloadavg()[0]
-            run = _medians(PaWTrainer(config).train())
+            run = _phases(PaWTrainer(config).train())
             run.update(load_before=before, load_after=os.getloadavg()[0])
             runs[variant].append(run)
             print(f"round {r + 1} {variant}: " + ", ".join(f"{k} {v:.2f}" for k, v in run.items()),
@@ -172,13 +185,16 @@ def throughput(rounds: int, updates: int, variants: list[str]) -> dict[str, Any]
               "updates_per_hour": {v: 3600 / statistics.median(x["step_time"] for x in t)
                                    for v, t in runs.items()}}
     if "sync" in runs:
-        result["speedup_vs_sync"] = {
-            v: statistics.median(s["step_time"] / a["step_time"]
-                                 for s, a in zip(runs["sync"], runs[v]))
-            for v in variants if v != "sync"}
+        measured = {v: [s["step_time_sum"] / a["step_time_sum"]
+                        for s, a in zip(runs["sync"], runs[v])]
+                    for v in variants if v != "sync"}
+        result["speedup_vs_sync"] = {v: statistics.median(m) for v, m in measured.items()}
+        result["own_over_measured"] = {
+            v: [a["async_speedup"] / m for a, m in zip(runs[v], measured[v])]
+            for v in measured if "async_speedup" in runs[v][0]}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"throughput_{'_'.join(variants)}.json").write_text(json.dumps(result, indent=1),
-                                                                 encoding="utf-8")
+    (RESULTS / f"throughput_same_work_{'_'.join(variants)}.json").write_text(
+        json.dumps(result, indent=1), encoding="utf-8")
     return result
 
 

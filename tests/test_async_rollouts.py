@@ -85,8 +85,8 @@ def test_no_rollout_trained_on_is_older_than_max_staleness(tiny_model_dir, tmp_p
 
 
 @pytest.mark.parametrize("k, first, ready, expected", [
-    (1, 0, set(), [[0], [1, 2], [3], [4]]),        # rollout 1 waits for the end of update 0
-    (2, 0, set(), [[0], [1, 2, 3], [4], [5]]),
+    (1, 0, set(), [[0, 1], [2], [3], [4]]),
+    (2, 0, set(), [[0, 1, 2], [3], [4], [5]]),
     (0, 0, set(), [[0], [1], [2], [3]]),           # the synchronous schedule
     (1, 3, {3}, [[4], [5], [6], [7]]),             # a resume: rollout 3 from its checkpoint
     (2, 3, {3, 4}, [[5], [6], [7], []]),
@@ -119,30 +119,48 @@ def test_the_trainer_and_the_worker_split_the_cores(trainer_threads, cores, expe
 def test_the_overlap_is_measured_against_the_phases_alone_and_slower_says_so():
     """Timed alone: a rollout of 100 generated tokens in 1 s, an update of 1000 trained tokens
     in 2 s. Updates of the same work that take 3.5 s each are slower than the 3 s the
-    synchronous trainer would take: after Overlap.SETTLE of them, one line, once."""
+    synchronous trainer would take: after Overlap.SETTLE of them, one line, once. A re-timing
+    replaces the rates."""
     from training.rl.async_rollout import Overlap
 
     overlap = Overlap()
-    assert overlap.add(True, 1.0, 100, 2.0, 1000, 30.0) == {}  # the timed update (worker start)
-    rows = [overlap.add(False, 1.4, 100, 3.3, 1000, 3.5) for _ in range(Overlap.SETTLE - 1)]
+    assert overlap.add(100, 1000, 30.0) == {}  # nothing timed alone yet (a start, a resume)
+    overlap.time_update(2.0, 1000)
+    assert overlap.add(100, 1000, 30.0) == {}  # the rollout not yet
+    overlap.time_rollout(1.0, 100)
+    rows = [overlap.add(100, 1000, 3.5) for _ in range(Overlap.SETTLE - 1)]
     assert overlap.slower_line((1, 1), 2) is None  # not yet
-    rows.append(overlap.add(False, 1.4, 100, 3.3, 1000, 3.5))
+    rows.append(overlap.add(100, 1000, 3.5))
     assert [row["sync_step_estimate"] for row in rows] == pytest.approx([3.0] * Overlap.SETTLE)
     assert rows[-1]["async_speedup"] == pytest.approx(3.0 / 3.5)
     assert overlap.slower_line((1, 1), 2) == (
         "async_rollouts is slower here than the synchronous trainer: 3.50 s per update against "
         "about 3.00 s for the same rollouts and updates one after the other (0.86x; each phase "
-        "timed alone at the first update: rollout 1.00 s, update 2.00 s): the two processes "
-        "(1 + 1 threads on 2 cores) slow each other down more than they overlap, so "
-        "async_rollouts: false trains faster on this machine (docs/training.md, \"When async "
-        "pays\")")
+        f"timed alone every {Overlap.RETIME_EVERY} updates, lately rollout 1.00 s, update "
+        "2.00 s): the two processes (1 + 1 threads on 2 cores) slow each other down more than "
+        "they overlap, so async_rollouts: false trains faster on this machine "
+        "(docs/training.md, \"When async pays\")")
     assert overlap.slower_line((1, 1), 2) is None  # said once
+    overlap.time_update(4.0, 1000)  # re-timed: the machine got slower
+    assert overlap.add(100, 1000, 3.5)["sync_step_estimate"] == pytest.approx(5.0)
     faster = Overlap()
-    faster.add(True, 1.0, 100, 2.0, 1000, 30.0)
-    for _ in range(5):
-        faster.add(False, 1.0, 100, 2.0, 1000, 2.0)
+    faster.time_rollout(1.0, 100)
+    faster.time_update(2.0, 1000)
+    for _ in range(Overlap.SETTLE):
+        faster.add(100, 1000, 2.0)
     assert faster.slower_line((1, 1), 2) is None
-    assert Overlap().add(False, 1.0, 100, 2.0, 1000, 2.0) == {}  # a resume: nothing timed alone
+
+
+@pytest.mark.parametrize("k, first, expected", [
+    (1, 0, [1, 11, 21]), (2, 0, [1, 11, 21]), (0, 0, []),
+    (1, 5, [11, 21]),  # a resume times the updates the uninterrupted run timed
+])
+def test_the_phases_are_timed_alone_every_n_updates_after_a_warm_up(k, first, expected):
+    from training.rl.async_rollout import Overlap, Schedule
+
+    assert Overlap.RETIME_EVERY == 10
+    schedule = Schedule(total=25, max_staleness=k, first=first)
+    assert [s for s in range(first, 25) if schedule.times_alone(s)] == expected
 
 
 @pytest.mark.heavy

@@ -32,6 +32,7 @@ from training.infra.plots import plot_curves
 from training.infra.seeding import seed_everything
 from training.models import build_policy
 from training.preflight import preflight
+from training.rl.async_rollout import generated_tokens
 from training.rl.rollout_replay import REPLAY_DIR, drop_replay_after, record_update
 from training.rl.sampler import Collector, RolloutSampler
 from training.rl.update import PolicyUpdate
@@ -270,8 +271,7 @@ class PaWTrainer:
         self._log_phase(f"update: {metrics['transitions']} transitions, "
                         f"{metrics['optimizer_steps']} optimizer step(s) in "
                         f"{metrics['update_time']:.1f} s")
-        generated = sum(len(s.output.response_ids) for t in trajectories for s in t.transitions)
-        generated = self.world.reduce({"tokens": generated})["tokens"]
+        generated = self.world.reduce({"tokens": generated_tokens(trajectories)})["tokens"]
         # The slowest rank's rollout is the one the update waits for.
         rollout_time = self.world.reduce({"time": rollout.seconds}, "max")["time"]
         metrics.update(rollout_time=rollout_time, gen_tokens_per_s=generated / max(rollout_time,

@@ -10,10 +10,16 @@ for a new run). The trainer publishes version v as soon as update v − 1 ends a
 for rollout v + k, which the worker samples while the trainer runs updates v, v + 1, ...; so up
 to k rollouts are sampled ahead, each trained on exactly s − v(s) ≤ k versions after the one
 that sampled it. With k = 0 the worker waits for every update: the synchronous trainer's
-schedule, in another process. At the first update of a run (not of a resume, which starts on
-the rollouts its checkpoint stored) the trainer waits for its rollout anyway, and the other
-rollouts of v_0 are asked for only when that update has ended: each phase then runs once
-alone, which :class:`Overlap` times; the same weights sample the same rollouts either way.
+schedule, in another process.
+
+Timing alone. A run compares itself with the synchronous trainer (:class:`Overlap`), which needs
+each phase's time alone, with the threads a synchronous run would use. So at updates 1, 1 + N,
+1 + 2N ... (N = :data:`Overlap.RETIME_EVERY`; the first update of a fresh start is left to
+warm up) with k ≥ 1: before update t the trainer waits for every rollout in flight and holds
+back the weights it would publish, so that update t runs while the worker waits; after it, the
+first rollout asked is sampled, on the trainer's threads, while the trainer waits. Only the
+timing changes: every rollout is still sampled by the weights v(s), so the same seed gives the
+same run, and a resume times the same updates.
 
 Why a fixed version per rollout, with waiting, rather than "the newest weights the worker has"
 with old rollouts dropped (prime-rl's ``max_off_policy_steps``) or held back (AReaL's
@@ -99,6 +105,9 @@ class RolloutRequest:
     """The first group's global index (a rank's share of a multi-process rollout)."""
     version: int = 0
     """The policy version that samples it (set by :class:`AsyncRollouts`)."""
+    threads: int = 0
+    """Torch threads the worker samples it with; 0: the worker's share of the cores. A rollout
+    timed alone takes the trainer's own count, as a synchronous run would."""
 
 
 @dataclass
@@ -179,11 +188,13 @@ def _worker(config: TrainConfig, env_spec, threads: int, inbox, outbox) -> None:
                 raise RuntimeError(f"rollout {request.step} wants policy version "
                                    f"{request.version}, the worker holds {version}")
             seed_everything(request.step_seed)
+            torch.set_num_threads(request.threads or threads)
             start = time.perf_counter()
             trajectories = collect(policy, request.task_seeds, request.group_size,
                                    request.temperature, request.sampling_seed)
-            outbox.put(("rollout", Rollout(request.step, version, trajectories,
-                                           time.perf_counter() - start)))
+            seconds = time.perf_counter() - start
+            torch.set_num_threads(threads)
+            outbox.put(("rollout", Rollout(request.step, version, trajectories, seconds)))
     except KeyboardInterrupt:  # Ctrl-C reaches the whole process group; the trainer reports
         return
     except BaseException:  # noqa: BLE001  (every failure goes back to the trainer)
@@ -236,18 +247,23 @@ class Schedule:
 
     def start(self, first: int, ready: set[int]) -> list[int]:
         """Begin at update ``first`` with the rollouts ``ready`` (a checkpoint's): the rollouts
-        to ask for with its weights. When rollout ``first`` is not ready the trainer waits for
-        it anyway, so it is asked for alone and the rest of its weights' rollouts wait for
-        :meth:`due` of the next version: each phase of update ``first`` runs once alone."""
+        to ask for with its weights."""
         self.first = first
         self.next = max([first - 1, *ready]) + 1
-        return self.due(first, most=1 if first not in ready else None)
+        return self.due(first)
 
-    def due(self, version: int, most: int | None = None) -> list[int]:
-        """The next rollouts that weights up to ``version`` sample (``most`` of them)."""
+    def times_alone(self, step: int) -> bool:
+        """Whether update ``step`` and the rollout asked after it run alone (module docstring):
+        updates 1, 1 + N, 1 + 2N ... after ``first`` with ``max_staleness`` ≥ 1 (at 0 each
+        phase runs alone anyway, on the split threads, and there is nothing to compare)."""
+        return (self.max_staleness > 0 and step > self.first
+                and (step - 1) % Overlap.RETIME_EVERY == 0)
+
+    def due(self, version: int, last: int | None = None) -> list[int]:
+        """The next rollouts that weights up to ``version`` sample (up to rollout ``last``)."""
         steps: list[int] = []
         while (self.next < self.total and self.version_for(self.next) <= version
-               and (most is None or len(steps) < most)):
+               and (last is None or self.next <= last)):
             steps.append(self.next)
             self.next += 1
         return steps
@@ -285,9 +301,12 @@ class AsyncRollouts:
         self.overlap = Overlap()
         self.schedule = Schedule(config.total_steps, config.max_staleness)
         self._ready: dict[int, Rollout] = {}
+        self._in_flight: set[int] = set()  # asked for, not received yet
+        self._held: tuple[int, bytes] | None = None  # weights held back, serialised
+        self._rollout_alone: int | None = None  # the rollout being asked for to time alone
         self.weight_sync_time = 0.0
-        self.timed_alone: int | None = None
-        """The update whose rollout and update ran alone (:meth:`Schedule.start`), if any."""
+        self.timed_update: int | None = None
+        """The update that runs (or ran) alone, while it is the current one."""
 
     def start(self, step: int, weights: dict[str, torch.Tensor],
               restored: list[Rollout] = ()) -> None:
@@ -295,40 +314,80 @@ class AsyncRollouts:
         rollouts a checkpoint stored (those of ``step``, ``step + 1`` ...)."""
         self._ready = {rollout.step: rollout for rollout in restored}
         due = self.schedule.start(step, set(self._ready))
-        self.timed_alone = None if step in self._ready else step
-        self._send_weights(step, weights)
+        self._inbox.put(("weights", step, self._serialised(weights)))
         self._ask(due)
 
     def publish(self, version: int, weights: dict[str, torch.Tensor]) -> None:
         """Send the weights after ``version`` updates, then ask for every rollout the schedule
-        lets them sample (after those that older weights, still the worker's, sample)."""
+        lets them sample (after those that older weights, still the worker's, sample). Before
+        an update timed alone the weights are held back (the rollout it trains on is asked
+        for); after it they go with the next ones, and the first rollout they ask for is
+        sampled, timed, while this waits."""
+        torch.set_num_threads(self.threads[0])
+        payload = self._serialised(weights)  # now: the next update changes them in place
+        if self.schedule.times_alone(version):
+            self._ask(self.schedule.due(version - 1, last=version))
+            self._held = (version, payload)
+            return
+        if self._held is None:
+            self._publish(version, payload)
+            return
+        self._rollout_alone = self.schedule.next
+        self._publish(*self._held)
+        self._held = None
+        self._publish(version, payload)
+        if self._rollout_alone < self.schedule.next:  # none is left after the last update
+            self._time_rollout_alone(self._rollout_alone)
+        self._rollout_alone = None
+
+    def _publish(self, version: int, payload: bytes) -> None:
         self._ask(self.schedule.due(version - 1))
-        self._send_weights(version, weights)
+        self._inbox.put(("weights", version, payload))
         self._ask(self.schedule.due(version))
 
-    def _send_weights(self, version: int, weights: dict[str, torch.Tensor]) -> None:
+    def _serialised(self, weights: dict[str, torch.Tensor]) -> bytes:
         start = time.perf_counter()
-        self._inbox.put(("weights", version, tensors_to_bytes(weights)))
+        payload = tensors_to_bytes(weights)
         self.weight_sync_time = time.perf_counter() - start
+        return payload
 
     def _ask(self, steps: list[int]) -> None:
         for step in steps:
             request = self.request_for_step(step)
             request.version = self.schedule.version_for(step)
+            if step == self._rollout_alone:  # sampled as a synchronous run would
+                request.threads = self._trainer_threads
+            self._in_flight.add(step)
             self._inbox.put(("rollout", request))
 
-    def take(self, step: int) -> tuple[Rollout, float]:
-        """Rollout ``step`` and the seconds spent waiting for it."""
-        start = time.perf_counter()
+    def _time_rollout_alone(self, step: int) -> None:
+        """Wait for rollout ``step`` (asked first after an update timed alone: the worker
+        samples it while this waits) and give its time to :attr:`overlap`."""
         while step not in self._ready:
             self._receive()
+        rollout = self._ready[step]
+        self.overlap.time_rollout(rollout.seconds, generated_tokens(rollout.trajectories))
+
+    def take(self, step: int) -> tuple[Rollout, float]:
+        """Rollout ``step`` and the seconds spent waiting for it. Before an update timed alone,
+        also every rollout in flight; the update then runs on the trainer's own threads."""
+        start = time.perf_counter()
+        alone = self.schedule.times_alone(step) and self._held is not None
+        while step not in self._ready or (alone and self._in_flight):
+            self._receive()
+        self.timed_update = step if alone else None
+        if alone:
+            torch.set_num_threads(self._trainer_threads)
         return self._ready.pop(step), time.perf_counter() - start
 
     def drain(self, step: int) -> list[Rollout]:
         """The rollouts asked for from update ``step`` on that older weights than the current
         ones sample, waiting for those still being sampled (a checkpoint stores them: its own
         weights cannot sample them again). They stay queued for their updates. Those the
-        current weights sample are not waited for: a resume asks for them again."""
+        current weights sample are not waited for: a resume asks for them again. Weights held
+        back for an update timed alone first ask for what the worker's weights still sample."""
+        if self._held is not None:
+            self._ask(self.schedule.due(self._held[0] - 1))
         older = [ahead for ahead in range(step, self.schedule.next)
                  if self.schedule.version_for(ahead) < step]
         while any(ahead not in self._ready for ahead in older):
@@ -349,6 +408,7 @@ class AsyncRollouts:
         if kind == "error":
             raise RuntimeError(f"the rollout worker failed:\n{payload}")
         self._ready[payload.step] = payload
+        self._in_flight.discard(payload.step)
 
     def close(self) -> None:
         """Stop the worker (the rollouts sampled ahead are dropped) and give the trainer its
@@ -365,40 +425,57 @@ class AsyncRollouts:
             channel.close()
 
 
+def generated_tokens(trajectories: list[Trajectory]) -> int:
+    """The tokens a rollout's policy generated."""
+    return sum(len(step.output.response_ids) for t in trajectories for step in t.transitions)
+
+
 class Overlap:
     """What the asynchronous schedule gains in this run, against the synchronous trainer.
 
-    The first update of a fresh start times each phase alone (:meth:`AsyncRollouts.start`):
-    its rollout sampled while the trainer waited, its update run while the worker waited. From
-    then on, each update's synchronous time is estimated as its generated tokens at that
-    rollout's seconds per token plus its trained tokens at that update's (one-off costs of a
-    first pass make the estimate a little high), and set against the update's own step time
-    (waiting for the rollout, the update, sending the weights). ``async_speedup`` is the ratio
-    of their sums: above 1 the overlap pays, below 1 the two processes slow each other down
-    more than they overlap."""
+    Every :data:`RETIME_EVERY` updates, from the second (module docstring, "Timing alone"), one
+    update runs while the worker waits and one rollout is sampled while the trainer waits,
+    each on the threads a synchronous run would use. Their rates (seconds per trained token,
+    per generated token) estimate each update's synchronous time, from the latest re-timing:
 
-    #: Updates after the timed one before the run says that async is slower (at 3, a run on a
-    #: loaded machine said so at 1.00x and ended at 1.09x).
-    SETTLE = 5
+        sync_t = generated_t · (rollout_s / generated) + trained_t · (update_s / trained)
+
+    ``async_speedup`` = Σ sync_t / Σ step_t over the updates from the first re-timing on, the
+    re-timed ones (run one phase after the other, so slower) included: above 1 the overlap
+    pays, below 1 the two processes slow each other down more than they overlap."""
+
+    #: Updates between two re-timings of the phases alone. Each costs about one update's
+    #: overlap (the update and the rollout after it run one after the other), and keeps the
+    #: estimate to what a synchronous run would take at that time of the run.
+    RETIME_EVERY = 10
+    #: Updates counted before the run says that async is slower: one re-timing period, so
+    #: that the re-timed update weighs in the figure as much as over a whole run (at 5, a
+    #: one-core run said so and ended at 1.04x or 1.07x; at 3, a loaded one said so at 1.00x
+    #: and ended at 1.09x).
+    SETTLE = RETIME_EVERY
 
     def __init__(self) -> None:
-        self.alone: tuple[float, float] | None = None
-        """(rollout, update) seconds of the update timed alone."""
-        self._rates = (0.0, 0.0)  # seconds per generated token, per trained token
+        self.alone: dict[str, float] = {}
+        """The latest phases timed alone: ``rollout`` / ``update`` seconds, and per token."""
         self.sync_s = self.async_s = 0.0
         self.updates = 0
         self._said = False
 
-    def add(self, timed_alone: bool, rollout_s: float, generated: float, update_s: float,
-            trained: float, step_s: float) -> dict[str, float]:
-        """Account one update (``timed_alone``: the one whose phases ran alone); its metrics."""
-        if timed_alone:
-            self.alone = (rollout_s, update_s)
-            self._rates = (rollout_s / max(generated, 1.0), update_s / max(trained, 1.0))
+    def time_rollout(self, seconds: float, generated: float) -> None:
+        """A rollout sampled alone: ``generated`` tokens in ``seconds``."""
+        self.alone.update(rollout=seconds, rollout_per_token=seconds / max(generated, 1.0))
+
+    def time_update(self, seconds: float, trained: float) -> None:
+        """An update run alone: ``trained`` tokens in ``seconds``."""
+        self.alone.update(update=seconds, update_per_token=seconds / max(trained, 1.0))
+
+    def add(self, generated: float, trained: float, step_s: float) -> dict[str, float]:
+        """Account one update (``step_s``: its step time); its metrics, once both phases have
+        been timed alone."""
+        if "rollout" not in self.alone or "update" not in self.alone:
             return {}
-        if self.alone is None:  # a resumed run's first rollouts came from its checkpoint
-            return {}
-        sync = generated * self._rates[0] + trained * self._rates[1]
+        sync = (generated * self.alone["rollout_per_token"]
+                + trained * self.alone["update_per_token"])
         self.sync_s += sync
         self.async_s += step_s
         self.updates += 1
@@ -414,11 +491,11 @@ class Overlap:
                 f"{self.async_s / self.updates:.2f} s per update against about "
                 f"{self.sync_s / self.updates:.2f} s for the same rollouts and updates one "
                 f"after the other ({self.sync_s / self.async_s:.2f}x; each phase timed alone "
-                f"at the first update: rollout {self.alone[0]:.2f} s, update "
-                f"{self.alone[1]:.2f} s): the two processes ({threads[0]} + {threads[1]} "
-                f"threads on {cores} cores) slow each other down more than they overlap, so "
-                f"async_rollouts: false trains faster on this machine (docs/training.md, "
-                f"\"When async pays\")")
+                f"every {self.RETIME_EVERY} updates, lately rollout "
+                f"{self.alone['rollout']:.2f} s, update {self.alone['update']:.2f} s): the two "
+                f"processes ({threads[0]} + {threads[1]} threads on {cores} cores) slow each "
+                f"other down more than they overlap, so async_rollouts: false trains faster on "
+                f"this machine (docs/training.md, \"When async pays\")")
 
 
 # -- rollouts in a checkpoint ---------------------------------------------------------------

@@ -150,10 +150,10 @@ class RolloutSampler:
         """``async_speedup`` and ``sync_step_estimate`` into ``metrics`` (needs the update's
         ``step_time``), and the one line when async is slower than sync would be."""
         worker = self.worker
-        metrics.update(worker.overlap.add(
-            rollout.step == worker.timed_alone, rollout.seconds,
-            generated, metrics["update_time"], metrics["tokens_per_s"] * metrics["update_time"],
-            metrics["step_time"]))
+        trained = metrics["tokens_per_s"] * metrics["update_time"]
+        if worker.timed_update == rollout.step:
+            worker.overlap.time_update(metrics["update_time"], trained)
+        metrics.update(worker.overlap.add(generated, trained, metrics["step_time"]))
         line = worker.overlap.slower_line(worker.threads, available_cores())
         if line and self.world.is_main:
             print(line, file=sys.stderr, flush=True)
