@@ -9,9 +9,10 @@ policy received it (its prompt token ids, decoded) and as it was recorded (the r
 * sync: ``agents.rollout`` in process and in env worker processes, and ``PaWTrainer``;
 * async: ``PaWTrainer`` with ``async_rollouts`` (a spawned worker process samples);
 * sharded: ``paw-gym train`` under torchrun, 2 processes, DDP and FSDP (each rank its share);
-* vLLM: ``VLLMPolicy`` and the trainer's ``rollout_backend: vllm``, on a stand-in engine that
-  records the token ids it is given (vLLM runs only in its own venv, which this machine does not
-  have: everything up to the engine's ``generate`` is the real code);
+* vLLM: ``VLLMPolicy`` and the trainer's ``rollout_backend: vllm``, here on a stand-in engine
+  that records the token ids it is given (everything up to the engine's ``generate`` is the
+  real code; vLLM runs only in its own venv, minutes to build), and on the real engine in
+  tests/test_training_vllm.py (``pytest -m slow``), which checks the prompts it echoes back;
 * replay: ``RecordTransitions`` (``WMReplay``) and the expert demos SFT records;
 * TRL: ``EnvRollout`` through ``PaWGRPOTrainer.train()``, and ``task_dataset``'s rows (the first
   prompt of TRL's tool route).
@@ -23,7 +24,6 @@ work, in one line.
 from __future__ import annotations
 
 import importlib.machinery
-import json
 import os
 import subprocess
 import sys

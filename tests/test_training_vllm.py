@@ -106,3 +106,64 @@ def test_vllm_rollouts_sample_with_the_full_weights_as_trained(tiny_model_dir, t
     assert min(gaps[1][1:]) > 10 * max(gaps[0]), gaps
     assert all(h["weight_sync_time"] > 0 for h in synced)
     assert not (tmp_path / "synced" / "rollout-adapter").exists()
+
+
+RESET_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import paw_gym
+    paw_gym.register_text_env("Test/ResetToken-v0", "tests.envs:ResetTokenEnv",
+                              max_episode_steps=3)
+    import torch
+    from training.config import TrainConfig
+    from training.trainer import PaWTrainer
+
+    torch.set_num_threads(1)
+    if __name__ == "__main__":  # vLLM starts an engine process
+        trainer = PaWTrainer(TrainConfig(**json.loads(sys.argv[1])))
+        llm, echoed = trainer.sampler.vllm.llm, []
+        generate = llm.generate
+
+        def echoing(*args, **kwargs):  # the engine's own record of the prompts it was given
+            outputs = generate(*args, **kwargs)
+            echoed.append([trainer.tokenizer.decode(o.prompt_token_ids) for o in outputs])
+            return outputs
+
+        llm.generate = echoing
+        trainer.train()
+        print("ECHOED", json.dumps(echoed))
+""")
+
+
+def test_the_real_engine_is_given_the_reset_observation(tiny_model_dir, tmp_path):
+    """tests/test_first_prompt.py's vLLM path on the real engine: the trainer with
+    ``rollout_backend: vllm`` plays ``Test/ResetToken-v0``, whose reset text alone holds a unique
+    word. Every prompt of the engine's first call (the 4 episodes' first step), as the engine
+    echoes it back (``RequestOutput.prompt_token_ids``), holds the word, and so does every
+    episode's first record in the replay."""
+    from agents.vllm_venv import DEFAULT_DIR, ensure_vllm_venv
+    from tests.common import RESET_TOKEN_ID
+    from tests.envs import RESET_TOKEN
+    from transformers import AutoTokenizer
+
+    from wrappers import WMReplay
+
+    python = ensure_vllm_venv(DEFAULT_DIR)
+    out = tmp_path / "run"
+    config = dict(model=str(tiny_model_dir), env_id=RESET_TOKEN_ID, rollout_backend="vllm",
+                  lora=False, n_groups=2, group_size=2, max_new_tokens=8, max_episode_steps=2,
+                  total_steps=1, lr=1e-3, token_budget=2048, progress=False, device="cpu",
+                  save_every=0, algo="grpo", output_dir=str(out), vllm_kwargs=ENGINE)
+    script = tmp_path / "reset_vllm.py"
+    script.write_text(RESET_SCRIPT)
+    run = subprocess.run([str(python), str(script), json.dumps(config)], cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                         text=True, timeout=1500)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    line = next(x for x in run.stdout.splitlines() if x.startswith("ECHOED "))
+    calls = json.loads(line[len("ECHOED "):])
+    assert len(calls[0]) == 4 and all(RESET_TOKEN in prompt for prompt in calls[0]), calls[0]
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    first = [r for r in WMReplay.load(out / "replay").records if r["step"] == 0]
+    assert len(first) == 4
+    assert all(RESET_TOKEN in r["h"] and RESET_TOKEN in tokenizer.decode(r["prompt_ids"])
+               for r in first)
