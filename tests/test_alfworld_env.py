@@ -248,6 +248,7 @@ def test_a_game_with_bad_pddl_fails_when_the_games_are_listed(tmp_path):
         gym.make("PaW/ALFWorld-v0", data_dir=str(tmp_path), progress=False)
 
 
+@pytest.mark.heavy
 def test_an_unwritable_cache_falls_back_to_a_scratch_copy(tmp_path, monkeypatch):
     blocker = tmp_path / "a-file"
     blocker.write_text("in the way")

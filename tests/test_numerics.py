@@ -93,6 +93,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.heavy
 def test_portable_is_applied_before_torch_loads_and_spawned_workers_inherit_it(tmp_path):
     script = tmp_path / "spawned.py"
     script.write_text(_SPAWNED, encoding="utf-8")

@@ -307,6 +307,7 @@ def test_http_routes_describe_the_server(server):
     assert status == 405 and body["detail"] == "/reset takes POST, not GET"
 
 
+@pytest.mark.heavy
 def test_openenvs_own_client_steps_the_server(server):
     openenv_core = pytest.importorskip("openenv.core")
     expected, actions = in_process_episode("PaW/Shelf-v0", 5)

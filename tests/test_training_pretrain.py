@@ -66,6 +66,7 @@ def test_episode_rows_are_the_transcripts_a_transcript_agent_plays(tiny_model_di
                                     rows="episode", wm_context="end_of_turn"))
 
 
+@pytest.mark.heavy
 def test_pretraining_lowers_the_loss_and_saves_a_loadable_model(tiny_model_dir, demos, tmp_path):
     out, history = run_pretrain(PretrainConfig(model=str(tiny_model_dir), replay=str(demos),
                                                output_dir=str(tmp_path / "base"), steps=40,
