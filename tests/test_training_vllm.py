@@ -31,6 +31,8 @@ SCRIPT = textwrap.dedent("""
     import paw_gym
     paw_gym.register_text_env("Test/GuessNumber-v0", "tests.envs:GuessNumberEnv",
                               max_episode_steps=6)
+    paw_gym.register_text_env("Test/ResetToken-v0", "tests.envs:ResetTokenEnv",
+                              max_episode_steps=3)
     import torch
     from training.config import TrainConfig
     from training.trainer import PaWTrainer
@@ -43,22 +45,35 @@ SCRIPT = textwrap.dedent("""
                 load = getattr(trainer.sampler.vllm, name)
                 setattr(trainer.sampler.vllm, name,
                         lambda what, load=load, loaded=[]: loaded or loaded.append(load(what)))
+        llm, echoed = trainer.sampler.vllm.llm, []
+        generate = llm.generate
+
+        def echoing(*args, **kwargs):  # the engine's own record of the prompts it was given
+            outputs = generate(*args, **kwargs)
+            echoed.append([trainer.tokenizer.decode(o.prompt_token_ids) for o in outputs])
+            return outputs
+
+        llm.generate = echoing
         history = trainer.train()
         print("HISTORY", json.dumps([{key: h.get(key) for key in
                                       ("rollout_logprob_gap", "weight_sync_time")}
                                      for h in history]))
+        print("ECHOED", json.dumps(echoed))
 """)
 
 
-def _train(python: Path, config: dict, mode: str, tmp_path: Path) -> list[dict]:
+def _train(python: Path, config: dict, mode: str, tmp_path: Path, printed: str = "HISTORY"):
+    """Train with ``config`` in the vLLM venv (``mode``: synced, or stale for the negative
+    control); what the script printed as ``printed``: the per-update metrics (HISTORY), or the
+    prompts of each engine call as the engine echoed them (ECHOED)."""
     script = tmp_path / "train_vllm.py"
     script.write_text(SCRIPT)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     run = subprocess.run([str(python), str(script), json.dumps(config), mode], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=1500)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    line = next(x for x in run.stdout.splitlines() if x.startswith("HISTORY "))
-    return json.loads(line[len("HISTORY "):])
+    line = next(x for x in run.stdout.splitlines() if x.startswith(f"{printed} "))
+    return json.loads(line[len(printed) + 1:])
 
 
 def test_vllm_rollouts_sample_with_the_adapter_as_trained(tiny_model_dir, tmp_path):
@@ -108,43 +123,17 @@ def test_vllm_rollouts_sample_with_the_full_weights_as_trained(tiny_model_dir, t
     assert not (tmp_path / "synced" / "rollout-adapter").exists()
 
 
-RESET_SCRIPT = textwrap.dedent("""
-    import json, sys
-    import paw_gym
-    paw_gym.register_text_env("Test/ResetToken-v0", "tests.envs:ResetTokenEnv",
-                              max_episode_steps=3)
-    import torch
-    from training.config import TrainConfig
-    from training.trainer import PaWTrainer
-
-    torch.set_num_threads(1)
-    if __name__ == "__main__":  # vLLM starts an engine process
-        trainer = PaWTrainer(TrainConfig(**json.loads(sys.argv[1])))
-        llm, echoed = trainer.sampler.vllm.llm, []
-        generate = llm.generate
-
-        def echoing(*args, **kwargs):  # the engine's own record of the prompts it was given
-            outputs = generate(*args, **kwargs)
-            echoed.append([trainer.tokenizer.decode(o.prompt_token_ids) for o in outputs])
-            return outputs
-
-        llm.generate = echoing
-        trainer.train()
-        print("ECHOED", json.dumps(echoed))
-""")
-
-
 def test_the_real_engine_is_given_the_reset_observation(tiny_model_dir, tmp_path):
     """tests/test_first_prompt.py's vLLM path on the real engine: the trainer with
     ``rollout_backend: vllm`` plays ``Test/ResetToken-v0``, whose reset text alone holds a unique
     word. Every prompt of the engine's first call (the 4 episodes' first step), as the engine
     echoes it back (``RequestOutput.prompt_token_ids``), holds the word, and so does every
     episode's first record in the replay."""
+    from transformers import AutoTokenizer
+
     from agents.vllm_venv import DEFAULT_DIR, ensure_vllm_venv
     from tests.common import RESET_TOKEN_ID
     from tests.envs import RESET_TOKEN
-    from transformers import AutoTokenizer
-
     from wrappers import WMReplay
 
     python = ensure_vllm_venv(DEFAULT_DIR)
@@ -153,14 +142,7 @@ def test_the_real_engine_is_given_the_reset_observation(tiny_model_dir, tmp_path
                   lora=False, n_groups=2, group_size=2, max_new_tokens=8, max_episode_steps=2,
                   total_steps=1, lr=1e-3, token_budget=2048, progress=False, device="cpu",
                   save_every=0, algo="grpo", output_dir=str(out), vllm_kwargs=ENGINE)
-    script = tmp_path / "reset_vllm.py"
-    script.write_text(RESET_SCRIPT)
-    run = subprocess.run([str(python), str(script), json.dumps(config)], cwd=ROOT,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
-                         text=True, timeout=1500)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    line = next(x for x in run.stdout.splitlines() if x.startswith("ECHOED "))
-    calls = json.loads(line[len("ECHOED "):])
+    calls = _train(python, config, "synced", tmp_path, printed="ECHOED")
     assert len(calls[0]) == 4 and all(RESET_TOKEN in prompt for prompt in calls[0]), calls[0]
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     first = [r for r in WMReplay.load(out / "replay").records if r["step"] == 0]
