@@ -323,7 +323,7 @@ class AsyncRollouts:
         an update timed alone the weights are held back (the rollout it trains on is asked
         for); after it they go with the next ones, and the first rollout they ask for is
         sampled, timed, while this waits."""
-        torch.set_num_threads(self.threads[0])
+        torch.set_num_threads(self.threads[0])  # the split again, after an update timed alone
         payload = self._serialised(weights)  # now: the next update changes them in place
         if self.schedule.times_alone(version):
             self._ask(self.schedule.due(version - 1, last=version))
