@@ -436,6 +436,14 @@ def qwen_model_like(model):
     return twin
 
 
+def worker_env(parent: dict) -> dict:
+    """The torchrun workers' environment: one thread each, this checkout first on the path, and
+    the caller's PYTHONPATH after it (``WHEELS=... scripts/gpu_check.sh`` installs gymnasium
+    there; dropping it failed the FSDP part on an H200 whose image lacks gymnasium)."""
+    path = os.pathsep.join([str(REPO), *filter(None, [parent.get("PYTHONPATH")])])
+    return {**parent, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
+
+
 def fsdp(quick: bool) -> dict:
     """torchrun this file's FSDP worker over every GPU (or 2 CPU processes)."""
     processes = torch.cuda.device_count() if torch.cuda.is_available() and not quick else 2
@@ -444,13 +452,16 @@ def fsdp(quick: bool) -> dict:
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                    f"--nproc_per_node={processes}", str(Path(__file__).resolve()),
                    "--fsdp-worker", str(out)] + (["--quick"] if quick else [])
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
-                              timeout=900)
+        done = subprocess.run(command, cwd=REPO, env=worker_env(os.environ), capture_output=True,
+                              text=True, timeout=900)
         if done.returncode != 0:
             raise RuntimeError(f"torchrun ({processes} processes) failed: {done.stderr[-3000:]}")
         ranks = json.loads(out.read_text(encoding="utf-8"))
     return {"processes": processes, "ranks": ranks}
+
+
+#: What a run measures, in order (``--parts`` picks some of them).
+PARTS = ("tiny_update", "qwen_shapes", "paw_overhead", "fsdp")
 
 
 def run_part(results: dict, name: str, fn, *args, **kwargs) -> None:
@@ -479,6 +490,8 @@ def main(argv=None) -> int:
                         "short rows, FSDP on 2 gloo processes")
     parser.add_argument("--out", default=None, help="results file (default: "
                         "benchmarks/results/gpu_check_<device>.json)")
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
+                        help="the parts to run (default: all of them)")
     parser.add_argument("--fsdp-worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.fsdp_worker:
@@ -495,24 +508,26 @@ def main(argv=None) -> int:
                "environment": environment()}
     print(json.dumps(results["environment"], indent=1), flush=True)
     with tempfile.TemporaryDirectory() as work:
-        run_part(results, "tiny_update", tiny_update, "cuda" if cuda else "cpu",
-                 "bfloat16" if cuda else "float32", Path(work))
-    if cuda:
-        run_part(results, "qwen_shapes", qwen_shapes, "cuda", QWEN25_1_5B["num_hidden_layers"],
-                 PAPER_ROW, PAPER_TOKEN_BUDGET, generate_batch=16, compare_full_logits=True)
-    else:
-        run_part(results, "qwen_shapes", qwen_shapes, "cpu", 1,
-                 dict(prompt=64, action=32, obs=32), 256, generate_batch=0,
-                 compare_full_logits=False)
-    if cuda:
-        run_part(results, "paw_overhead", paw_overhead, "cuda",
-                 QWEN25_1_5B["num_hidden_layers"], PAPER_ROW, n_rows=24,
-                 token_budget=PAPER_TOKEN_BUDGET, alpha=0.75, repeats=5)
-    else:
-        run_part(results, "paw_overhead", paw_overhead, "cpu", 1,
-                 dict(prompt=64, action=32, obs=32), n_rows=8, token_budget=512, alpha=0.75,
-                 repeats=3, vocab=4096)
-    run_part(results, "fsdp", fsdp, args.quick or not torch.cuda.is_available())
+        # Each part as run on a GPU, or CPU-sized (2 layers, short rows, a small vocabulary).
+        parts = {
+            "tiny_update": (tiny_update, ("cuda", "bfloat16", Path(work)) if cuda
+                            else ("cpu", "float32", Path(work)), {}),
+            "qwen_shapes": (qwen_shapes, ("cuda", QWEN25_1_5B["num_hidden_layers"], PAPER_ROW,
+                                          PAPER_TOKEN_BUDGET) if cuda
+                            else ("cpu", 1, dict(prompt=64, action=32, obs=32), 256),
+                            dict(generate_batch=16 if cuda else 0, compare_full_logits=cuda)),
+            "paw_overhead": (paw_overhead, ("cuda", QWEN25_1_5B["num_hidden_layers"], PAPER_ROW)
+                             if cuda else ("cpu", 1, dict(prompt=64, action=32, obs=32)),
+                             dict(n_rows=24, token_budget=PAPER_TOKEN_BUDGET, alpha=0.75,
+                                  repeats=5) if cuda
+                             else dict(n_rows=8, token_budget=512, alpha=0.75, repeats=3,
+                                       vocab=4096)),
+            "fsdp": (fsdp, (args.quick or not torch.cuda.is_available(),), {}),
+        }
+        for name in PARTS:
+            if name in args.parts:
+                function, positional, keywords = parts[name]
+                run_part(results, name, function, *positional, **keywords)
     out = Path(args.out) if args.out else default_out(results["environment"])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1, default=str) + "\n", encoding="utf-8")
