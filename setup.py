@@ -27,6 +27,8 @@ EXTRAS = {
         "safetensors>=0.4",
         "peft>=0.12",
         "accelerate>=1.0",
+        # The CPU memory estimate reads the process's resident set (training.infra.memory).
+        "psutil>=5.9",
         "matplotlib>=3.7",
         # A .gguf model (paw-gym get-model smollm2-135m-instruct, --model FILE.gguf): how
         # transformers reads llama.cpp's format.

@@ -102,5 +102,27 @@ def test_the_trainer_prints_the_estimate_before_loading(qwen7b_folder, tmp_path,
                                dtype="bfloat16", device="cpu", output_dir=str(tmp_path / "run"),
                                progress=False))
     assert re.search(r"estimated memory per process \(1 process, 7.62 B parameters\): "
-                     r"\d+\.\d GiB = weights 14\.19, gradients 14\.19, optimizer 28\.37",
-                     capsys.readouterr().err)
+                     r"\d+\.\d GiB = runtime \d+\.\d\d, weights 14\.19, gradients 14\.19, "
+                     r"optimizer 28\.37", capsys.readouterr().err)
+
+
+def test_on_a_cpu_the_estimate_adds_the_runtime_and_the_resident_activations(qwen7b_folder):
+    """A CPU run's estimate is its peak resident set: the process's bytes before the model
+    loads, the same weights and trained state, and the decoder's activations as glibc keeps
+    them resident (``training.infra.memory``'s docstring): one whole forward's intermediates
+    L·T·(10·H + 4·I)·b with gradient checkpointing, twice that without; the LM head's chunk
+    once."""
+    config = TrainConfig(model=str(qwen7b_folder), lora=True, token_budget=2048)
+    shape = model_shape(config.model)
+    forward = 28 * 2048 * (10 * 3584 + 4 * 18944) * 2   # layers·T·(10H + 4I)·b, bfloat16
+    head = 3 * 512 * 152064 * 4
+    for checkpointing, resident in ((False, 2 * forward), (True, forward)):
+        run = replace(config, gradient_checkpointing=checkpointing)
+        gpu = estimate(run, shape, 1)
+        cpu = estimate(run, shape, 1, cpu_runtime=1.5 * GiB)
+        assert list(cpu.parts)[0] == "runtime" and cpu.parts["runtime"] == 1.5 * GiB
+        assert cpu.parts["activations"] == resident + head
+        assert {k: v for k, v in cpu.parts.items() if k not in ("runtime", "activations")} == \
+            {k: v for k, v in gpu.parts.items() if k != "activations"}
+    assert gpu.parts["activations"] == 28 * 2048 * 3584 * 2 + 2048 * (10 * 3584 + 4 * 18944) \
+        * 2 + head

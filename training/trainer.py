@@ -66,8 +66,9 @@ class PaWTrainer:
         # Mistakes surface before the model loads; output_dir is train()'s (it knows `resume`).
         preflight(config, world_size=self.world.world_size, model=policy is None, outputs=False)
         seed_everything(config.seed)
-        if policy is None:
-            self._check_memory()
+        #: The per-process memory estimate printed before the model loaded (None: a policy was
+        #: given, or the model's config could not be read offline).
+        self.memory_estimate = self._check_memory() if policy is None else None
         self.policy = policy if policy is not None else build_policy(
             config, device=self.world.model_device(config.device))
         self.model = self.policy.model
@@ -100,10 +101,10 @@ class PaWTrainer:
         (``sampler.collect``), the one every rollout, synchronous or ahead, goes through."""
         return self.sampler.collect
 
-    def _check_memory(self) -> None:
+    def _check_memory(self):
         """Print the per-process memory estimate (rank 0; on a GPU, or for a model of 100 M
-        parameters or more, so that tiny CPU runs stay quiet); on a GPU, refuse a config whose
-        estimate exceeds the GPU's memory, before any weight is loaded."""
+        parameters or more, so that tiny CPU runs stay quiet) and return it; on a GPU, refuse a
+        config whose estimate exceeds the GPU's memory, before any weight is loaded."""
         from training.infra.memory import check_fits
 
         device = self.world.model_device(self.config.device) or (
@@ -113,6 +114,7 @@ class PaWTrainer:
         found = check_fits(self.config, self.world.world_size, capacity)
         if found is not None and self.world.is_main and (capacity or found.parameters >= 1e8):
             print(found.line(), file=sys.stderr, flush=True)
+        return found
 
     # -- training loop ----------------------------------------------------------------------
     def train(self, resume: str | Path | bool | None = None) -> list[dict[str, Any]]:

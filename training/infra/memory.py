@@ -24,7 +24,25 @@ bytes per value over the float32 weights)
 
 The intermediates' ``10·H + 4·I`` per token and layer (attention inputs and outputs, q/k/v,
 the norms and residuals; the MLP's gate, up, activation and product) is a rule of thumb, not
-read from the code; ``benchmarks/README.md`` compares the estimate with measured peaks.
+read from the code (autograd's saved tensors of SmolLM2 with LoRA, counted by a hook: ``8·H +
+4·I``); ``benchmarks/README.md`` compares the estimate with measured peaks.
+
+On a CPU the number that decides whether runs fit is the process's peak resident set, and it
+differs in two ways:
+
+* runtime          the resident set of the process when the estimate is made: the
+  interpreter, torch, transformers and the other libraries already loaded (measured, not
+  estimated)
+* activations      glibc's allocator keeps the temporaries a forward pass frees in its heap, so
+  the resident set holds one whole forward's intermediates, ``L·T·(10·H + 4·I)·b``, even with
+  gradient checkpointing; without it autograd keeps as much again beside them:
+  ``2·L·T·(10·H + 4·I)·b``. The LM head's chunk is counted once. Measured with SmolLM2-135M
+  and LoRA on 2,000 tokens: a forward + backward grew the resident set by 88.9 KiB per token and
+  layer against the rule's 46.5; with checkpointing the forward alone left 2,069 MiB resident
+  where autograd kept the 138 MiB of layer inputs (``MALLOC_MMAP_THRESHOLD_=65536``, which
+  returns freed blocks to the system, cut the first to 54.4 KiB at 1.1-1.3x the time).
+
+(``python -m benchmarks.memory_peak`` measures a run's peak against this estimate.)
 """
 
 from __future__ import annotations
@@ -88,9 +106,12 @@ def model_shape(model: str) -> dict[str, Any]:
             "vocab": text.vocab_size, "dtype": dtype, "linear": lora_targets}
 
 
-def estimate(config, shape: dict[str, Any], processes: int) -> MemoryEstimate:
+def estimate(config, shape: dict[str, Any], processes: int,
+             cpu_runtime: float | None = None) -> MemoryEstimate:
     """The per-process memory of ``config`` (a ``TrainConfig``) for a model of ``shape``
-    (:func:`model_shape`) on ``processes`` processes."""
+    (:func:`model_shape`) on ``processes`` processes: on a GPU (``cpu_runtime`` None), or the
+    peak resident set on a CPU, where ``cpu_runtime`` is the process's resident bytes before
+    the model loads (module docstring)."""
     width = _BYTES.get(config.dtype if config.dtype != "auto" else shape["dtype"], 4)
     total = shape["parameters"]
     if config.lora:
@@ -106,8 +127,12 @@ def estimate(config, shape: dict[str, Any], processes: int) -> MemoryEstimate:
     copies = 2 if sharded and config.mixed_precision == "bf16" else width
     layers, hidden, tokens = shape["layers"], shape["hidden"], config.token_budget
     per_layer = tokens * (10 * hidden + 4 * shape["intermediate"]) * copies
-    activations = (layers * tokens * hidden * copies + per_layer if config.gradient_checkpointing
-                   else layers * per_layer)
+    if cpu_runtime is not None:  # resident: one whole forward's temporaries, + autograd's
+        activations = layers * per_layer * (1 if config.gradient_checkpointing else 2)
+    elif config.gradient_checkpointing:
+        activations = layers * tokens * hidden * copies + per_layer
+    else:
+        activations = layers * per_layer
     parts = {
         "weights": total * width / share,
         "gradients": trained * width / share,
@@ -118,19 +143,30 @@ def estimate(config, shape: dict[str, Any], processes: int) -> MemoryEstimate:
                    else 0.0),
         "activations": activations + 3 * config.logits_chunk * shape["vocab"] * 4,
     }
+    if cpu_runtime is not None:
+        parts = {"runtime": float(cpu_runtime), **parts}
     return MemoryEstimate(parts, total, processes, "fsdp" if sharded else "ddp")
+
+
+def resident_bytes() -> int:
+    """This process's resident set now."""
+    import psutil
+
+    return psutil.Process().memory_info().rss
 
 
 def check_fits(config, processes: int, device_bytes: float | None) -> MemoryEstimate | None:
     """The estimate of ``config`` on ``processes`` processes, or None where the model's config
     cannot be read offline; a ValueError naming what to change when it exceeds
-    ``device_bytes`` (one GPU's memory; None: not checked)."""
+    ``device_bytes`` (one GPU's memory; None: a CPU run, estimated as its peak resident set
+    and not checked)."""
     try:
         shape = model_shape(config.init_checkpoint if config.init_checkpoint and not config.lora
                             else config.model)
     except (OSError, ValueError):
         return None
-    found = estimate(config, shape, processes)
+    found = estimate(config, shape, processes,
+                     cpu_runtime=resident_bytes() if device_bytes is None else None)
     if device_bytes is not None and found.total > device_bytes:
         advice = []
         if not config.lora:
