@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from benchmarks import gpu_check
 
 
@@ -26,6 +28,7 @@ def test_the_fsdp_workers_keep_the_callers_python_path(tmp_path):
     assert done.stdout.strip() == "caller"
 
 
+@pytest.mark.heavy
 def test_parts_runs_only_the_parts_named(tmp_path, one_torch_thread):
     """``--parts tiny_update`` (CPU-sized with ``--quick``) measures that part alone: a rerun of
     one failed part costs seconds of a lent GPU, not the whole script."""
