@@ -28,6 +28,7 @@ import argparse
 import random
 import statistics
 import time
+from pathlib import Path
 from typing import Callable
 
 from benchmarks.common import RESULTS, machine, set_threads, write_json
@@ -54,6 +55,42 @@ def shelf_rows(policy, count: int, seed: int = 0):
     return rows[:count]
 
 
+def decoder_flops(config, lengths: list[int], context: int = 0) -> float:
+    """Forward FLOPs of the decoder over rows of ``lengths`` new positions each, after
+    ``context`` cached positions: its linear layers, ``2·N_lin`` per position (``N_lin`` the
+    projections' weights; the embedding and the LM head are left out, as every phase computes
+    the head differently), and causal attention, ``4·d_attn`` per attended pair
+    (``QKᵀ`` and ``AV``, with ``d_attn`` = heads × head dim). Counted the same way for every
+    phase and its ceiling; LoRA's rank-16 side paths (under 3 % here) are left out."""
+    hidden, inter = config.hidden_size, config.intermediate_size
+    head_dim = getattr(config, "head_dim", None) or hidden // config.num_attention_heads
+    attn = config.num_attention_heads * head_dim
+    kv = config.num_key_value_heads * head_dim
+    linear = hidden * (attn + 2 * kv) + attn * hidden + 3 * hidden * inter
+    flops = 0.0
+    for n in lengths:
+        pairs = n * context + n * (n + 1) / 2   # each new position attends the cache and itself
+        flops += config.num_hidden_layers * (2 * linear * n + 4 * attn * pairs)
+    return flops
+
+
+def matmul_rate(tokens: int, hidden: int, inter: int, repeats: int = 5) -> float:
+    """The core's float32 matmul rate (FLOP/s, one thread) at the model's MLP shapes:
+    ``[tokens, hidden] @ [hidden, inter]`` and ``[tokens, inter] @ [inter, hidden]``, best of
+    ``repeats``."""
+    import torch
+
+    a, w_up = torch.randn(tokens, hidden), torch.randn(hidden, inter)
+    b, w_down = torch.randn(tokens, inter), torch.randn(inter, hidden)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, w_up)
+        torch.mm(b, w_down)
+        best = min(best, time.perf_counter() - start)
+    return 2 * 2 * tokens * hidden * inter / best
+
+
 def timed(work: Callable[[], float | None]) -> float:
     """Seconds ``work`` took, or the seconds it reports (a ceiling that times only its part)."""
     start = time.perf_counter()
@@ -66,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=16, help="prompts per rollout batch")
     parser.add_argument("--new_tokens", type=int, default=24)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default=str(RESULTS / "real_model_speed.json"))
     args = parser.parse_args(argv)
     set_threads(1)
     import torch
@@ -160,6 +198,16 @@ def main(argv: list[str] | None = None) -> int:
             times[name].append(timed(phase))
             times[f"{name}_ceiling"].append(timed(ceiling))
     medians = {key: statistics.median(values) for key, values in times.items()}
+    shape = model.config
+    rate = matmul_rate(row_tokens, shape.hidden_size, shape.intermediate_size)
+    forward_rows = decoder_flops(shape, [len(s) for s in samples])
+    # Generation: each prompt's prefill, then every new token of every row on its cache.
+    generated = decoder_flops(shape, list(map(len, prompts))) + sum(
+        decoder_flops(shape, [1], context=len(p) + k) for p in prompts
+        for k in range(args.new_tokens))
+    # Training with frozen base weights: the backward repeats each product once (the input
+    # gradient), so forward + backward is counted as twice the forward.
+    flops = {"generation": generated, "scoring": forward_rows, "update": 2 * forward_rows}
     result = {"machine": machine(), "rows": len(samples), "prompt_tokens": prompt_tokens,
               "row_tokens": row_tokens, "new_tokens": args.new_tokens,
               "repeats": args.repeats, "seconds": times, "median_s": medians,
@@ -167,8 +215,12 @@ def main(argv: list[str] | None = None) -> int:
                                    for name in phases},
               "ceiling_tokens_per_s": {
                   "forward": row_tokens / medians["scoring_ceiling"],
-                  "forward_backward": row_tokens / medians["update_ceiling"]}}
-    write_json(RESULTS / "real_model_speed.json", result)
+                  "forward_backward": row_tokens / medians["update_ceiling"]},
+              "matmul_gflops": rate / 1e9, "phase_gflop": {k: v / 1e9 for k, v in flops.items()},
+              "share_of_matmul_rate": {  # each phase and its ceiling do the same work
+                  key: flops[key.removesuffix("_ceiling")] / medians[key] / rate
+                  for key in medians}}
+    write_json(Path(args.out), result)
     print(f"{len(samples)} Shelf rows: {prompt_tokens} prompt tokens, {row_tokens} row tokens; "
           f"{args.new_tokens} new tokens per prompt; medians of {args.repeats}")
     for name in phases:
@@ -176,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
               f"   ratio {result['ratio_to_ceiling'][name]:.2f}")
     print(f"  ceiling: forward {result['ceiling_tokens_per_s']['forward']:.0f} tokens/s, forward"
           f" + backward {result['ceiling_tokens_per_s']['forward_backward']:.0f} tokens/s")
+    print(f"  the core's float32 matmul rate at the model's shapes: {rate / 1e9:.0f} GFLOP/s; "
+          "share of it each phase achieves: " + ", ".join(
+              f"{key} {share:.2f}" for key, share in result["share_of_matmul_rate"].items()))
     return 0
 
 
