@@ -16,7 +16,10 @@ ceiling of the same work done by the bare model in the same run:
   logits, ``log_softmax``, ``gather``).
 
 A ratio near 1 means the phase costs what the model costs; the phases alternate over repeats
-and the medians are reported (CPU capacity here moves between about one and two cores).
+and the medians are reported (CPU capacity here moves between about one and two cores). Each
+phase is also set against what the core can compute: its decoder FLOPs (:func:`decoder_flops`)
+per second as a share of the core's float32 matmul rate at the model's shapes
+(:func:`matmul_rate`).
 
     python -m benchmarks.real_model_speed               # ~10 min on one core
     python -m benchmarks.real_model_speed --repeats 1   # ~4 min
