@@ -72,13 +72,14 @@ class PeakRSS:
 def one_case(case: dict) -> dict:
     """Build the trainer of ``case`` (config path and overrides) and run validation, a rollout
     and an update under :class:`PeakRSS`; the estimate, the peaks and the kernel's own peak."""
-    import resource
+    import torch
 
     from benchmarks.common import set_threads
 
     set_threads(1)
     sampler = PeakRSS()
     from training.config import load_config
+    from training.rl.update import peak_memory_mb
     from training.trainer import PaWTrainer
 
     config = load_config(case["config"], case["overrides"])
@@ -99,7 +100,7 @@ def one_case(case: dict) -> dict:
     seconds["update"] = time.perf_counter() - start
     peaks = sampler.stop()
     trainer.close()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    peak = peak_memory_mb(torch.device("cpu"))  # the kernel's own peak, as the trainer logs it
     return {"case": case, "estimate_gib": found.total / 2**30,
             "estimate_parts_gib": {k: v / 2**30 for k, v in found.parts.items()},
             "phase_peak_mib": peaks, "ru_maxrss_mib": peak,

@@ -38,9 +38,9 @@ BASE_RECIPE_VERSION = 2
 @dataclass
 class DemoConfig(CheckedConfig):
     """Settings of ``paw-gym demo`` (sized for one CPU core: ~9 minutes with the one-time base
-    build, ~2 minutes once the base is cached, on the project's 2-core AMD EPYC VM). Defaults: GRPO + PaW on ``PaW/Shelf-v0``;
-    ``configs/demo/webshop_sft.yaml`` holds the earlier WebShop settings (which do not learn at
-    this scale, see docs/training.md)."""
+    build, ~2 minutes once the base is cached, on the project's 2-core AMD EPYC VM). Defaults:
+    GRPO + PaW on ``PaW/Shelf-v0``; ``configs/demo/webshop_sft.yaml`` holds the earlier WebShop
+    settings (which do not learn at this scale, see docs/training.md)."""
 
     env_id: str = env_id("PaW/Shelf-v0")
     """Embedded env to train and evaluate on."""
