@@ -4,7 +4,9 @@ Both train SmolLM2-135M-Instruct (``smollm2-135m-instruct``) with the same LoRA 
 alpha 32 on every projection, float32 weights) on single-step Shelf episodes (the first step of
 a training task: a prompt, one sampled action, the env's reward), 4 groups of 4 episodes per
 update, at most 32 new tokens at temperature 1.0, one AdamW step per update at a constant
-learning rate, no KL term, one torch thread, in one process:
+learning rate, no KL term, one torch thread, in one process. ``--init-checkpoint`` starts both
+from a LoRA adapter (an SFT start, so that episodes differ within a group and the RL gradient is
+not 0; ``--temperature`` sets both sides' sampling):
 
 * **paw-gym**: ``PaWTrainer.train_step`` with ``paw: false`` (vanilla GRPO) and a token budget
   that holds the whole rollout, so the update is one forward and backward pass;
@@ -25,6 +27,8 @@ round with one step, so TRL's own set-up is outside).
 
     python -m benchmarks.trl_update_speed                  # 1 warm-up + 3 rounds, ~25 min here
     python -m benchmarks.trl_update_speed --rounds 1
+    python -m benchmarks.trl_update_speed --init-checkpoint runs/real/shelf-sft --temperature 0.6 \
+        --out benchmarks/results/trl_update_speed_sft.json
 """
 
 from __future__ import annotations
@@ -46,9 +50,10 @@ def native_trainer(args, work: Path):
     from training.trainer import PaWTrainer
 
     config = TrainConfig(
-        model=args.model, **LORA, env_id=ENV, env_kwargs={"split": "train"}, max_episode_steps=1,
+        model=args.model, **LORA, init_checkpoint=args.init_checkpoint, env_id=ENV,
+        env_kwargs={"split": "train"}, max_episode_steps=1,
         n_groups=args.groups, group_size=args.group_size, max_new_tokens=args.new_tokens,
-        temperature=1.0, paw=False, algo="grpo", lr=args.lr, lr_schedule="constant",
+        temperature=args.temperature, paw=False, algo="grpo", lr=args.lr, lr_schedule="constant",
         warmup_steps=0, mini_batch_size=0, token_budget=args.token_budget, kl_coef=0.0,
         total_steps=10**6, val_every=0, val_before_train=False, save_every=0,
         record_replay=False, progress=False, device="cpu", seed=args.seed,
@@ -100,18 +105,25 @@ def trl_trainer(args, work: Path, timer: TimedRollout):
         output_dir=str(work / "trl"), paw=False, num_generations=args.group_size,
         per_device_train_batch_size=rows, gradient_accumulation_steps=1, max_steps=1,
         learning_rate=args.lr, lr_scheduler_type="constant", warmup_steps=0, beta=0.0,
-        temperature=1.0, max_completion_length=512, use_cpu=True, report_to=[],
+        temperature=args.temperature, max_completion_length=512, use_cpu=True, report_to=[],
         save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=args.seed)
     steps = StepTimer()
+    model = ModelConfig(model=str(resolve_model(args.model)), **LORA)
+    if args.init_checkpoint:  # the adapter, trainable, on the float32 base (what `train` loads)
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM
+
+        base = AutoModelForCausalLM.from_pretrained(model.model, torch_dtype="float32")
+        model = PeftModel.from_pretrained(base, args.init_checkpoint, is_trainable=True)
     trainer = PaWGRPOTrainer(
-        model=ModelConfig(model=str(resolve_model(args.model)), **LORA), env=env, args=config,
+        model=model, env=env, args=config,
         train_dataset=task_dataset(ENV, range(10**5, 10**5 + 64 * rows),
                                    template=GENERIC_FIRST_STEP, split="train"),
         callbacks=[steps])
     return trainer, steps
 
 
-def main(argv: list[str] | None = None) -> dict:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds (after 1 warm-up)")
     parser.add_argument("--groups", type=int, default=4)
@@ -120,11 +132,19 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--token-budget", dest="token_budget", type=int, default=16384,
                         help="paw-gym's padded tokens per micro-batch (the whole rollout)")
     parser.add_argument("--lr", type=float, default=2e-4)
+    parser.add_argument("--temperature", type=float, default=1.0, help="both sides' sampling")
+    parser.add_argument("--init-checkpoint", dest="init_checkpoint", default=None,
+                        help="a LoRA adapter folder both sides start from (default: the bare "
+                             "model with a fresh adapter)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", default=MODEL, help="an offline model's name or a folder")
     parser.add_argument("--work", default="runs/bench/trl_update_speed")
     parser.add_argument("--out", default=str(RESULTS / "trl_update_speed.json"))
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
     set_threads(1)
     from paw_gym.progress import passed_tokens
     from training.models import count_layer_passes
