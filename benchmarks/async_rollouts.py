@@ -41,6 +41,8 @@ Parts:
   and at that update, the RL gradient split by token class.
 
     python -m benchmarks.async_rollouts --throughput --rounds 3 --updates 10
+    python -m benchmarks.async_rollouts --throughput --rounds 1 --updates 4 \
+        --config configs/real/shelf_smollm2_grpo_paw.yaml --init_checkpoint runs/real/shelf-sft
     python -m benchmarks.async_rollouts --cores
     python -m benchmarks.async_rollouts --learning --seeds 10 --variants sync async1 async2
     python -m benchmarks.async_rollouts --replay
@@ -159,10 +161,26 @@ def _phases(history: list[dict[str, Any]]) -> dict[str, float]:
     return run
 
 
-def throughput(rounds: int, updates: int, variants: list[str]) -> dict[str, Any]:
+def real_stage(config_path: str, init_checkpoint: str | None, variant: str, output_dir: Path,
+               **changes: Any):
+    """A real-model recipe's TrainConfig (``configs/real/*.yaml``) from its SFT adapter, in
+    ``variant``."""
+    from dataclasses import replace
+
+    from training.config import load_config
+
+    overrides = {"output_dir": str(output_dir), "overwrite": True, "progress": False}
+    if init_checkpoint:
+        overrides["init_checkpoint"] = init_checkpoint
+    return replace(load_config(config_path, overrides), **VARIANTS[variant], **changes)
+
+
+def throughput(rounds: int, updates: int, variants: list[str], config: str | None = None,
+               init_checkpoint: str | None = None) -> dict[str, Any]:
     """Each variant's phases per round (rotating order, the same work: learning rate 0), the
     load around each run, and each async variant's measured speed-up over ``sync`` beside its
-    own figure."""
+    own figure. ``config``: a real-model recipe (from ``init_checkpoint``) instead of the main
+    job."""
     import torch
 
     from benchmarks.common import machine
@@ -173,15 +191,21 @@ def throughput(rounds: int, updates: int, variants: list[str]) -> dict[str, Any]
     for r in range(rounds):
         order = variants[r % len(variants):] + variants[:r % len(variants)]
         for variant in order:
-            config = rl_stage(0, variant, WORK / f"throughput-{variant}", total_steps=updates,
-                              val_every=0, val_before_train=False, record_replay=False, lr=0.0)
+            same_work = dict(total_steps=updates, val_every=0, val_before_train=False,
+                             record_replay=False, lr=0.0)
+            stage = (rl_stage(0, variant, WORK / f"throughput-{variant}", **same_work)
+                     if config is None else
+                     real_stage(config, init_checkpoint, variant,
+                                WORK / f"throughput-real-{variant}", **same_work))
             before = os.getloadavg()[0]
-            run = _phases(PaWTrainer(config).train())
+            run = _phases(PaWTrainer(stage).train())
             run.update(load_before=before, load_after=os.getloadavg()[0])
             runs[variant].append(run)
             print(f"round {r + 1} {variant}: " + ", ".join(f"{k} {v:.2f}" for k, v in run.items()),
                   flush=True)
     result = {"rounds": rounds, "updates": updates, "machine": machine(), "runs": runs,
+              "config": config or "the main job (paw-gym demo's RL stage)",
+              "init_checkpoint": init_checkpoint,
               "updates_per_hour": {v: 3600 / statistics.median(x["step_time"] for x in t)
                                    for v, t in runs.items()}}
     if "sync" in runs:
@@ -193,7 +217,8 @@ def throughput(rounds: int, updates: int, variants: list[str]) -> dict[str, Any]
             v: [a["async_speedup"] / m for a, m in zip(runs[v], measured[v])]
             for v in measured if "async_speedup" in runs[v][0]}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"throughput_same_work_{'_'.join(variants)}.json").write_text(
+    name = "throughput_same_work" + ("" if config is None else f"_{Path(config).stem}")
+    (RESULTS / f"{name}_{'_'.join(variants)}.json").write_text(
         json.dumps(result, indent=1), encoding="utf-8")
     return result
 
@@ -508,9 +533,18 @@ def main(argv=None) -> None:
                         help="--replay this update (default: the one that broke the run)")
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS),
                         default=["sync", "async1"])
+    parser.add_argument("--config", default=None,
+                        help="--throughput of a real-model recipe (configs/real/*.yaml) instead "
+                             "of the main job")
+    parser.add_argument("--init_checkpoint", default=None,
+                        help="with --config: the SFT adapter it starts from (default: the "
+                             "config's)")
     args = parser.parse_args(argv)
+    if args.init_checkpoint and not args.config:
+        parser.error("--init_checkpoint needs --config (the main job starts from its own base)")
     if args.throughput:
-        print(json.dumps(throughput(args.rounds, args.updates, args.variants), indent=1))
+        print(json.dumps(throughput(args.rounds, args.updates, args.variants, args.config,
+                                    args.init_checkpoint), indent=1))
     if args.cores:
         print(json.dumps(cores(args.rounds), indent=1))
     if args.learning:

@@ -31,3 +31,23 @@ def test_an_async_runs_own_speedup_agrees_with_a_sync_run_of_the_same_work(tmp_p
     measured = statistics.mean(s["step_time_sum"] / a["step_time_sum"] for s, a in zip(sync, runs))
     own = statistics.mean(a["async_speedup"] for a in runs)
     assert own == pytest.approx(measured, rel=0.10)
+
+
+def test_a_real_model_recipe_runs_each_variant_from_its_sft_start(tmp_path):
+    """``--throughput --config``: the recipe's own settings, the variant's on top, the given SFT
+    adapter as the start, and the same-work changes."""
+    from benchmarks.async_rollouts import VARIANTS, real_stage
+    from training.config import load_config
+
+    recipe = "configs/real/shelf_smollm2_grpo_paw.yaml"
+    adapter = tmp_path / "sft"
+    adapter.mkdir()
+    own = load_config(recipe, {"init_checkpoint": str(adapter)})
+    config = real_stage(recipe, str(adapter), "async1", tmp_path / "run", lr=0.0, total_steps=3)
+    assert config.init_checkpoint == str(adapter) and config.output_dir == str(tmp_path / "run")
+    assert (config.lr, config.total_steps) == (0.0, 3)
+    assert all(getattr(config, key) == value for key, value in VARIANTS["async1"].items())
+    assert config.async_rollouts and not own.async_rollouts
+    for key in ("model", "env_id", "n_groups", "group_size", "temperature", "token_budget",
+                "paw"):
+        assert getattr(config, key) == getattr(own, key), key
