@@ -21,8 +21,13 @@ phase is also set against what the core can compute: its decoder FLOPs (:func:`d
 per second as a share of the core's float32 matmul rate at the model's shapes
 (:func:`matmul_rate`).
 
+``--compile`` also times scoring and the update with the decoder under ``torch.compile``
+(inductor, dynamic shapes), alternating with the eager passes: the compile time (the first
+calls: one graph with gradients, one without) and the ratio of each phase after it.
+
     python -m benchmarks.real_model_speed               # ~10 min on one core
     python -m benchmarks.real_model_speed --repeats 1   # ~4 min
+    python -m benchmarks.real_model_speed --compile --out benchmarks/results/real_model_compile.json
 """
 
 from __future__ import annotations
@@ -107,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new_tokens", type=int, default=24)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=str(RESULTS / "real_model_speed.json"))
+    parser.add_argument("--model", default=MODEL, help="an offline model's name or a folder")
+    parser.add_argument("--compile", action="store_true",
+                        help="also time scoring and the update with the decoder compiled")
     args = parser.parse_args(argv)
     set_threads(1)
     import torch
@@ -115,10 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     from agents.hf_policy import HFPolicy
     from agents.kv_cache import preallocated_cache
     from training.rl.batch import Sample, collate
-    from training.rl.objective import ObjectiveSettings, gather_logprobs, micro_batch_loss
+    from training.rl.objective import (ObjectiveSettings, gather_logprobs, micro_batch_loss,
+                                       split_causal_lm)
     from agents.serialization import TransitionSerializer
 
-    policy = HFPolicy(MODEL, device="cpu", seed=0)
+    policy = HFPolicy(args.model, device="cpu", seed=0)
     policy.model = get_peft_model(policy.model, LoraConfig(r=16, lora_alpha=32, task_type=
                                                            "CAUSAL_LM", target_modules=[
         "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
@@ -196,10 +205,32 @@ def main(argv: list[str] | None = None) -> int:
     times: dict[str, list[float]] = {f"{name}{suffix}": [] for name in phases
                                      for suffix in ("", "_ceiling")}
     update()  # first calls allocate
+    compiled: dict[str, Callable[[], None]] = {}
+    compile_s: dict[str, float] = {}
+    if args.compile:
+        decoder, _ = split_causal_lm(model)
+        eager_forward = decoder.forward
+        compiled_forward = torch.compile(eager_forward, dynamic=True)
+
+        def with_compiled(phase: Callable[[], None]) -> Callable[[], None]:
+            def run() -> None:
+                decoder.forward = compiled_forward
+                try:
+                    phase()
+                finally:
+                    decoder.forward = eager_forward
+            return run
+
+        compiled = {"scoring": with_compiled(scoring), "update": with_compiled(update)}
+        for name in ("update", "scoring"):  # the first call compiles (each its own graph)
+            compile_s[name] = timed(compiled[name])
+            times[f"{name}_compiled"] = []
     for _ in range(args.repeats):
         for name, (phase, ceiling) in phases.items():
             times[name].append(timed(phase))
             times[f"{name}_ceiling"].append(timed(ceiling))
+            if name in compiled:
+                times[f"{name}_compiled"].append(timed(compiled[name]))
     medians = {key: statistics.median(values) for key, values in times.items()}
     shape = model.config
     rate = matmul_rate(row_tokens, shape.hidden_size, shape.intermediate_size)
@@ -220,9 +251,12 @@ def main(argv: list[str] | None = None) -> int:
                   "forward": row_tokens / medians["scoring_ceiling"],
                   "forward_backward": row_tokens / medians["update_ceiling"]},
               "matmul_gflops": rate / 1e9, "phase_gflop": {k: v / 1e9 for k, v in flops.items()},
-              "share_of_matmul_rate": {  # each phase and its ceiling do the same work
-                  key: flops[key.removesuffix("_ceiling")] / medians[key] / rate
-                  for key in medians}}
+              "share_of_matmul_rate": {  # a phase, its ceiling and its compiled run: one work
+                  key: flops[key.split("_")[0]] / medians[key] / rate for key in medians}}
+    if compiled:
+        result["compile_s"] = compile_s
+        result["compiled_over_eager"] = {name: medians[f"{name}_compiled"] / medians[name]
+                                         for name in compiled}
     write_json(Path(args.out), result)
     print(f"{len(samples)} Shelf rows: {prompt_tokens} prompt tokens, {row_tokens} row tokens; "
           f"{args.new_tokens} new tokens per prompt; medians of {args.repeats}")
@@ -231,6 +265,10 @@ def main(argv: list[str] | None = None) -> int:
               f"   ratio {result['ratio_to_ceiling'][name]:.2f}")
     print(f"  ceiling: forward {result['ceiling_tokens_per_s']['forward']:.0f} tokens/s, forward"
           f" + backward {result['ceiling_tokens_per_s']['forward_backward']:.0f} tokens/s")
+    for name in compiled:
+        print(f"  {name} compiled: {medians[name + '_compiled']:.2f} s against "
+              f"{medians[name]:.2f} s eager (x{result['compiled_over_eager'][name]:.2f}), after "
+              f"{compile_s[name]:.0f} s for its first call")
     print(f"  the core's float32 matmul rate at the model's shapes: {rate / 1e9:.0f} GFLOP/s; "
           "share of it each phase achieves: " + ", ".join(
               f"{key} {share:.2f}" for key, share in result["share_of_matmul_rate"].items()))

@@ -37,3 +37,24 @@ def test_smollm2_costs_212_mflop_per_position_in_its_linear_layers():
     one = decoder_flops(smollm2, [1])
     assert one == 30 * (2 * (576 * (576 + 2 * 192) + 576 * 576 + 3 * 576 * 1536) + 4 * 576)
     assert 2.12e8 < one < 2.13e8
+
+
+@pytest.mark.heavy
+def test_compile_times_the_compiled_passes_beside_the_eager_ones(tiny_model_dir, tmp_path):
+    """``--compile`` (here on the tiny model): the first compiled calls are timed apart, and
+    scoring and the update each get a compiled row of the same work as their eager one."""
+    import json
+
+    from benchmarks.real_model_speed import main
+
+    out = tmp_path / "speed.json"
+    assert main(["--model", str(tiny_model_dir), "--rows", "2", "--new_tokens", "2",
+                 "--repeats", "1", "--compile", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert set(result["compile_s"]) == set(result["compiled_over_eager"]) == {"scoring",
+                                                                                "update"}
+    for name in ("scoring", "update"):
+        assert result["compile_s"][name] > 0 and len(result["seconds"][f"{name}_compiled"]) == 1
+        assert result["compiled_over_eager"][name] == pytest.approx(
+            result["median_s"][f"{name}_compiled"] / result["median_s"][name])
+        assert result["share_of_matmul_rate"][f"{name}_compiled"] > 0
