@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -215,3 +216,64 @@ def median(values: list[float]) -> float:
     import statistics
 
     return float(statistics.median(values)) if values else float("nan")
+
+
+class RSSPeak:
+    """Peak resident set size (MiB) above the level at ``__enter__``.
+
+    Exact where the kernel lets a process reset its RSS high-water mark (Linux ≥ 4.0: write 5
+    to ``/proc/self/clear_refs``, then read ``VmHWM``); otherwise sampled in a thread every
+    ``interval`` seconds, which can miss a short peak (a thread holding the GIL through an
+    allocation and its release never lets the sampler in).
+    """
+
+    def __init__(self, interval: float = 0.001):
+        self.interval = interval
+        self.peak = 0.0
+
+    @staticmethod
+    def rss_mb() -> float:
+        with open("/proc/self/statm") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    @staticmethod
+    def high_water_mb() -> float:
+        with open("/proc/self/status") as handle:
+            line = next(line for line in handle if line.startswith("VmHWM:"))
+        return int(line.split()[1]) / 1024  # kB
+
+    @staticmethod
+    def reset_high_water() -> bool:
+        try:
+            with open("/proc/self/clear_refs", "w") as handle:
+                handle.write("5")
+            return True
+        except OSError:
+            return False
+
+    def __enter__(self):
+        self.start = self.rss_mb()
+        self.peak = self.start
+        self.exact = self.reset_high_water()
+        if not self.exact:
+            self._stop = threading.Event()
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.rss_mb())
+            time.sleep(self.interval)
+
+    def __exit__(self, *exc):
+        if self.exact:
+            self.peak = max(self.peak, self.high_water_mb())
+        else:
+            self._stop.set()
+            self._thread.join()
+        self.peak = max(self.peak, self.rss_mb())
+
+    @property
+    def growth(self) -> float:
+        return self.peak - self.start

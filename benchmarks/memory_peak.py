@@ -3,11 +3,11 @@
 ``paw-gym train`` prints a per-process estimate before any weight is loaded
 (:mod:`training.infra.memory`). On a CPU the number that decides whether two runs fit a machine
 is the process's peak resident set (RSS). This script builds the trainer of a config in a fresh
-process, as ``paw-gym train`` does, and samples that process's RSS every 10 ms while it runs the
-phases of a run in their order: the held-out validation before training (``val_limit`` tasks),
-one rollout, one update. Each case runs in its own process (the kernel's peak RSS only grows),
-one torch thread; it reports the estimate, its parts, the peak of each phase and
-estimate / peak.
+process, as ``paw-gym train`` does, and reads that process's peak RSS in each phase of a run
+(the kernel's high-water mark, reset as the phase starts), in their order: the held-out
+validation before training (``val_limit`` tasks), one rollout, one update. Each case runs in
+its own process (a fresh heap), one torch thread; it reports the estimate, its parts, the peak
+of each phase and estimate / peak.
 
     python -m benchmarks.memory_peak                                # the sparse Shelf recipe
     python -m benchmarks.memory_peak --token_budget 1024 2048 4096 --paw true false
@@ -23,84 +23,49 @@ import itertools
 import json
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
-from benchmarks.common import REPO, RESULTS, machine, write_json
+from benchmarks.common import REPO, RESULTS, RSSPeak, machine, write_json
 
 CONFIG = "configs/real/shelf_smollm2_sparse_grpo_paw.yaml"
 MiB = 2**20
 
 
-class PeakRSS:
-    """The process's resident set sampled every ``interval`` seconds on a thread; ``phase(name)``
-    starts a phase, ``peaks`` holds each phase's largest sample in MiB."""
-
-    def __init__(self, interval: float = 0.01):
-        import psutil
-
-        self._process = psutil.Process()
-        self._interval = interval
-        self._phase = "startup"
-        self.peaks: dict[str, float] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            self.record()
-            time.sleep(self._interval)
-
-    def record(self) -> None:
-        rss = self._process.memory_info().rss / MiB
-        self.peaks[self._phase] = max(self.peaks.get(self._phase, 0.0), rss)
-
-    def phase(self, name: str) -> None:
-        self.record()
-        self._phase = name
-        self.record()
-
-    def stop(self) -> dict[str, float]:
-        self.record()
-        self._stop.set()
-        self._thread.join()
-        return self.peaks
-
-
 def one_case(case: dict) -> dict:
     """Build the trainer of ``case`` (config path and overrides) and run validation, a rollout
-    and an update under :class:`PeakRSS`; the estimate, the peaks and the kernel's own peak."""
+    and an update, each under its own :class:`~benchmarks.common.RSSPeak` (the kernel's
+    high-water mark, reset at the phase's start: exact); the estimate, each phase's peak and
+    the process's peak as the trainer logs it."""
     import torch
 
     from benchmarks.common import set_threads
 
     set_threads(1)
-    sampler = PeakRSS()
     from training.config import load_config
     from training.rl.update import peak_memory_mb
     from training.trainer import PaWTrainer
 
     config = load_config(case["config"], case["overrides"])
-    sampler.phase("build")
-    trainer = PaWTrainer(config)
+    peaks, seconds = {}, {}
+
+    def phase(name: str, work):
+        with RSSPeak() as memory:
+            start = time.perf_counter()
+            done = work()
+            seconds[name] = time.perf_counter() - start
+        peaks[name] = memory.peak
+        return done
+
+    peaks["startup"] = RSSPeak.high_water_mb()  # the interpreter and the libraries
+    trainer = phase("build", lambda: PaWTrainer(config))
     found = trainer.memory_estimate  # the one the run printed, made before the model loaded
-    sampler.phase("validation")
-    start = time.perf_counter()
-    validation = trainer.validate() if case["validate"] else {}
-    seconds = {"validation": time.perf_counter() - start}
-    sampler.phase("rollout")
-    start = time.perf_counter()
-    rollout, _ = trainer.sampler.rollout(trainer.step, trainer.model)
-    seconds["rollout"] = time.perf_counter() - start
-    sampler.phase("update")
-    start = time.perf_counter()
-    metrics = trainer.update(rollout.trajectories)
-    seconds["update"] = time.perf_counter() - start
-    peaks = sampler.stop()
+    validation = phase("validation", trainer.validate if case["validate"] else dict)
+    rollout, _ = phase("rollout", lambda: trainer.sampler.rollout(trainer.step, trainer.model))
+    metrics = phase("update", lambda: trainer.update(rollout.trajectories))
     trainer.close()
-    peak = peak_memory_mb(torch.device("cpu"))  # the kernel's own peak, as the trainer logs it
+    # The process's peak: the phases' (each high-water mark was reset) or what the trainer logs.
+    peak = max(*peaks.values(), peak_memory_mb(torch.device("cpu")))
     return {"case": case, "estimate_gib": found.total / 2**30,
             "estimate_parts_gib": {k: v / 2**30 for k, v in found.parts.items()},
             "phase_peak_mib": peaks, "ru_maxrss_mib": peak,

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -33,67 +32,7 @@ from pathlib import Path
 _MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "131072"}
 
 from benchmarks import common as C  # noqa: E402
-
-
-class RSSPeak:
-    """Peak resident set size (MiB) above the level at ``__enter__``.
-
-    Exact where the kernel lets a process reset its RSS high-water mark (Linux ≥ 4.0: write 5
-    to ``/proc/self/clear_refs``, then read ``VmHWM``); otherwise sampled in a thread every
-    ``interval`` seconds, which can miss a short peak (a thread holding the GIL through an
-    allocation and its release never lets the sampler in).
-    """
-
-    def __init__(self, interval: float = 0.001):
-        self.interval = interval
-        self.peak = 0.0
-
-    @staticmethod
-    def rss_mb() -> float:
-        with open("/proc/self/statm") as handle:
-            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-    @staticmethod
-    def high_water_mb() -> float:
-        with open("/proc/self/status") as handle:
-            line = next(line for line in handle if line.startswith("VmHWM:"))
-        return int(line.split()[1]) / 1024  # kB
-
-    @staticmethod
-    def reset_high_water() -> bool:
-        try:
-            with open("/proc/self/clear_refs", "w") as handle:
-                handle.write("5")
-            return True
-        except OSError:
-            return False
-
-    def __enter__(self):
-        self.start = self.rss_mb()
-        self.peak = self.start
-        self.exact = self.reset_high_water()
-        if not self.exact:
-            self._stop = threading.Event()
-            self._thread = threading.Thread(target=self._run, daemon=True)
-            self._thread.start()
-        return self
-
-    def _run(self):
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self.rss_mb())
-            time.sleep(self.interval)
-
-    def __exit__(self, *exc):
-        if self.exact:
-            self.peak = max(self.peak, self.high_water_mb())
-        else:
-            self._stop.set()
-            self._thread.join()
-        self.peak = max(self.peak, self.rss_mb())
-
-    @property
-    def growth(self) -> float:
-        return self.peak - self.start
+from benchmarks.common import RSSPeak  # noqa: E402
 
 
 def clocks() -> tuple[float, float]:

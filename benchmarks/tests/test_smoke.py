@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.overhead import RSSPeak, Span
+from benchmarks.common import RSSPeak
+from benchmarks.overhead import Span
 from benchmarks.study_learning import PHASE_ORDER, Run, planned_runs
 from benchmarks.study_report import mean_std, table
 from benchmarks.throughput import slope
