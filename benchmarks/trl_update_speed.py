@@ -75,7 +75,7 @@ def trl_trainer(args, work: Path, timer: TimedRollout):
     from agents.model_sources import resolve_model
     from training.infra.model_config import ModelConfig
     from training.integrations.trl import (EnvRollout, PaWGRPOConfig, PaWGRPOTrainer,
-                                           task_dataset)
+                                           load_model, task_dataset)
 
     class Timed(EnvRollout):
         def __call__(self, prompts, trainer):
@@ -111,9 +111,8 @@ def trl_trainer(args, work: Path, timer: TimedRollout):
     model = ModelConfig(model=str(resolve_model(args.model)), **LORA)
     if args.init_checkpoint:  # the adapter, trainable, on the float32 base (what `train` loads)
         from peft import PeftModel
-        from transformers import AutoModelForCausalLM
 
-        base = AutoModelForCausalLM.from_pretrained(model.model, torch_dtype="float32")
+        base, _ = load_model(model)
         model = PeftModel.from_pretrained(base, args.init_checkpoint, is_trainable=True)
     trainer = PaWGRPOTrainer(
         model=model, env=env, args=config,
