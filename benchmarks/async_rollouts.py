@@ -542,6 +542,12 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.init_checkpoint and not args.config:
         parser.error("--init_checkpoint needs --config (the main job starts from its own base)")
+    if args.config and not args.throughput:
+        # Only the throughput comparison runs a real-model recipe; the other modes would run the
+        # main job and silently drop the recipe.
+        parser.error(f"--config {args.config} goes with --throughput (the only mode that runs a "
+                     "real-model recipe); --cores, --learning, --replay and --report measure "
+                     "the main job")
     if args.throughput:
         print(json.dumps(throughput(args.rounds, args.updates, args.variants, args.config,
                                     args.init_checkpoint), indent=1))

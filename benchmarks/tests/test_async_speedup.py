@@ -51,3 +51,14 @@ def test_a_real_model_recipe_runs_each_variant_from_its_sft_start(tmp_path):
     for key in ("model", "env_id", "n_groups", "group_size", "temperature", "token_budget",
                 "paw"):
         assert getattr(config, key) == getattr(own, key), key
+
+
+@pytest.mark.parametrize("mode", ["--cores", "--learning", "--replay", "--report"])
+def test_a_real_model_recipe_outside_the_throughput_mode_is_refused_by_name(mode, capsys):
+    from benchmarks.async_rollouts import main
+
+    with pytest.raises(SystemExit) as stop:
+        main([mode, "--config", "configs/real/shelf_smollm2_grpo_paw.yaml"])
+    assert stop.value.code == 2
+    message = capsys.readouterr().err
+    assert "--config configs/real/shelf_smollm2_grpo_paw.yaml goes with --throughput" in message
