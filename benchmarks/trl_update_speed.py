@@ -75,7 +75,7 @@ def trl_trainer(args, work: Path, timer: TimedRollout):
     from agents.model_sources import resolve_model
     from training.infra.model_config import ModelConfig
     from training.integrations.trl import (EnvRollout, PaWGRPOConfig, PaWGRPOTrainer,
-                                           load_model, task_dataset)
+                                           task_dataset)
 
     class Timed(EnvRollout):
         def __call__(self, prompts, trainer):
@@ -108,12 +108,9 @@ def trl_trainer(args, work: Path, timer: TimedRollout):
         temperature=args.temperature, max_completion_length=512, use_cpu=True, report_to=[],
         save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=args.seed)
     steps = StepTimer()
-    model = ModelConfig(model=str(resolve_model(args.model)), **LORA)
-    if args.init_checkpoint:  # the adapter, trainable, on the float32 base (what `train` loads)
-        from peft import PeftModel
-
-        base, _ = load_model(model)
-        model = PeftModel.from_pretrained(base, args.init_checkpoint, is_trainable=True)
+    # With an SFT adapter it loads trainable on the base, as `train` starts it.
+    model = ModelConfig(model=str(resolve_model(args.model)), init_checkpoint=args.init_checkpoint,
+                        **LORA)
     trainer = PaWGRPOTrainer(
         model=model, env=env, args=config,
         train_dataset=task_dataset(ENV, range(10**5, 10**5 + 64 * rows),

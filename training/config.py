@@ -54,8 +54,6 @@ class TrainConfig(PaWSettings, ModelConfig):
     template that would insert its own default system message (SmolLM2's "You are a helpful AI
     assistant named SmolLM…", Qwen2.5's "You are Qwen…") gets an empty one instead
     (``agents.chat.ChatEncoder``). A string: that message ("": an empty one)."""
-    init_checkpoint: str | None = input_folder(None)
-    """Start from these weights instead: a full model directory, or a LoRA adapter directory."""
     device: str | None = text(None)
     """cpu, cuda, cuda:1 ... (None: CUDA when available). Under torchrun / accelerate launch
     each process takes its own GPU (leave unset or ``cuda``) or the CPU (``cpu``: gloo)."""
@@ -297,6 +295,8 @@ class TrainConfig(PaWSettings, ModelConfig):
 
     def _check_relations(self) -> None:
         """What the fields' own types and bounds cannot say: settings that go together."""
+        super()._check_relations()
+
         def bad(name, allowed):
             return ValueError(f"{name}={getattr(self, name)!r} is invalid; expected {allowed}")
         if self.sharding == "fsdp":

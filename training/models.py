@@ -82,23 +82,12 @@ def build_policy(config: TrainConfig, device: str | None = None):
     ``device`` (default: ``config.device``)."""
     from agents.hf_policy import HFPolicy
 
-    source = config.model
-    if config.init_checkpoint and not is_adapter_dir(config.init_checkpoint):
-        source = config.init_checkpoint  # a full fine-tuned model directory (e.g. from SFT)
+    source = weights_source(config)
     policy = HFPolicy(source, tokenizer=config.model if source != config.model else None,
                       device=device or config.device, dtype=torch_dtype(config.dtype),
                       seed=config.seed, max_context=rollout_context(config),
                       system_prompt=config.system_prompt)
-    if is_adapter_dir(config.init_checkpoint):
-        if not config.lora:
-            raise ValueError(f"init_checkpoint {config.init_checkpoint!r} is a LoRA adapter; "
-                             "set lora: true to keep training it")
-        from peft import PeftModel
-
-        policy.model = PeftModel.from_pretrained(policy.model, config.init_checkpoint,
-                                                 is_trainable=True).to(policy.device)
-    elif config.lora:
-        policy.model = add_lora(policy.model, config)
+    policy.model = start_weights(policy.model, config).to(policy.device)
     count_layer_passes(policy.model)
     if config.gradient_checkpointing:
         policy.model.gradient_checkpointing_enable(
@@ -161,6 +150,26 @@ def add_lora(model, config: ModelConfig):
     return get_peft_model(model, lora_config(model, config))
 
 
+def weights_source(config: ModelConfig) -> str:
+    """Where the weights load from: ``init_checkpoint`` when it is a whole model folder, else
+    ``model`` (an adapter start loads on ``model``: :func:`start_weights`)."""
+    if config.init_checkpoint and not is_adapter_dir(config.init_checkpoint):
+        return config.init_checkpoint
+    return config.model
+
+
+def start_weights(model, config: ModelConfig):
+    """``model`` (loaded from :func:`weights_source`) as training starts it: the
+    ``init_checkpoint`` adapter, trainable; else with ``lora`` a fresh adapter
+    (:func:`add_lora`); else every weight. The one start of ``train``, ``sft``, ``train-wm`` and
+    the TRL integration (which hands TRL the fresh adapter's ``LoraConfig`` instead)."""
+    if is_adapter_dir(config.init_checkpoint):
+        from peft import PeftModel
+
+        return PeftModel.from_pretrained(model, config.init_checkpoint, is_trainable=True)
+    return add_lora(model, config) if config.lora else model
+
+
 def check_vllm_installed(name: str = "rollout_backend") -> None:
     """A ``ValueError`` unless vLLM is importable by this Python (``importlib.util.find_spec``,
     without importing it); it may live in its own venv (``python -m agents.vllm_venv``), which
@@ -188,9 +197,7 @@ def build_vllm_policy(config: TrainConfig):
     from agents.vllm_policy import VLLMPolicy
 
     check_vllm_installed()  # its one line: what to install, or which venv to use
-    source = config.model
-    if config.init_checkpoint and not is_adapter_dir(config.init_checkpoint):
-        source = config.init_checkpoint
+    source = weights_source(config)
     kwargs = dict(config.vllm_kwargs)
     if config.dtype != "auto":
         kwargs.setdefault("dtype", config.dtype)

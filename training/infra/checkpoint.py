@@ -27,6 +27,7 @@ from run_files.data_files import DataFileError
 from run_files.outputs import (IncompleteOutput, IntegrityError, check_folder, verify_output,
                                write_text_atomically)
 from training.infra.data_files import read_checkpoint_state
+from training.infra.model_config import is_adapter_dir  # noqa: F401  (re-exported)
 from training.infra.metrics_log import run_folder
 
 STEP_PREFIX = "step-"
@@ -56,12 +57,6 @@ class CheckpointWriteError(OSError):
 
 #: The settings that fix the shapes of the saved weights: a resume must keep them.
 WEIGHT_SETTINGS = ("model", "lora", "lora_r", "lora_target_modules", "sharding", "algo")
-
-
-def is_adapter_dir(path: str | Path | None) -> bool:
-    """Whether the folder ``path`` holds a peft (LoRA) adapter rather than a whole model (a
-    checkpoint's ``model/``, a saved adapter)."""
-    return path is not None and Path(path, "adapter_config.json").is_file()
 
 
 def checkpoints_newest_first(output_dir: str | Path) -> list[Path]:

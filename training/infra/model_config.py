@@ -7,10 +7,11 @@ file, ``--lora_r`` on the command line), and wrapped by one function,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
-from training.infra.checked_config import (MAX_LORA_RANK, CheckedConfig, bounded, model_name,
-                                           only_with, text)
+from training.infra.checked_config import (MAX_LORA_RANK, CheckedConfig, bounded, input_folder,
+                                           model_name, only_with, text)
 
 #: Every linear layer of a Qwen2 (or Llama) block: where LoRA adapters go unless a config says.
 LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
@@ -19,6 +20,12 @@ LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_
 WeightDtype = Literal["auto", "float32", "bfloat16", "float16", "float64"]
 
 _WITH_LORA = only_with("lora is true", lambda c: c.lora)
+
+
+def is_adapter_dir(path: str | Path | None) -> bool:
+    """Whether the folder ``path`` holds a peft (LoRA) adapter rather than a whole model (a
+    checkpoint's ``model/``, a saved adapter)."""
+    return path is not None and Path(path, "adapter_config.json").is_file()
 
 
 @dataclass
@@ -31,6 +38,10 @@ class ModelConfig(CheckedConfig):
     """The model: a hub name, a local model folder, a .gguf file, or an offline model's name
     (``smollm2-135m-instruct``, ``qwen2.5-coder-0.5b-instruct``: ``agents.model_sources``); any
     AutoModelForCausalLM with a chat template."""
+    init_checkpoint: str | None = input_folder(None)
+    """Start from these weights instead: a whole model folder (``model`` then gives only the
+    tokenizer), or a LoRA adapter folder, e.g. ``sft``'s output or a checkpoint's ``model/``
+    (loaded on ``model`` and trained further: it needs ``lora: true``)."""
     dtype: WeightDtype = "auto"
     """Weights dtype: auto, float32, bfloat16, float16, or float64 (CPU exactness checks); one
     the device cannot run (bfloat16 on a GPU without it) is refused before the model loads."""
@@ -49,3 +60,9 @@ class ModelConfig(CheckedConfig):
     """Module names that get adapters (each must name a layer of the model: checked when the
     adapter is added)."""
 
+    def _check_relations(self) -> None:
+        """An adapter start goes with ``lora`` (a subclass's own check calls this first)."""
+        if is_adapter_dir(self.init_checkpoint) and not self.lora:
+            raise ValueError(f"init_checkpoint={self.init_checkpoint!r} is a LoRA adapter; "
+                             "expected lora: true with it (the adapter is trained further) or a "
+                             "whole model folder")

@@ -65,7 +65,7 @@ from agents.types import Trajectory
 from training.config import field_docs
 from training.infra.checked_config import (MAX_TOKENS, SEED_BOUNDS, CheckedConfig, bounded,
                                            env_id, field_types, text)
-from training.infra.model_config import ModelConfig
+from training.infra.model_config import ModelConfig, is_adapter_dir
 from training.infra.paw_settings import PaWSettings
 from training.preflight import check_env, check_model
 from training.rl.losses import select_by_entropy, wm_token_loss
@@ -494,14 +494,18 @@ class PaWGRPOTrainer(GRPOTrainer):
 
 
 def load_model(config: ModelConfig):
-    """``config.model`` (a hub name, folder or offline model's name) loaded in ``config.dtype``,
-    and with ``lora`` its peft ``LoraConfig`` for TRL to wrap it in (else None)."""
+    """``config.model`` (a hub name, folder or offline model's name), or a whole-model
+    ``init_checkpoint``, loaded in ``config.dtype``, with the peft ``LoraConfig`` TRL wraps it
+    in (``lora``), or None: no LoRA, or an ``init_checkpoint`` adapter, which comes loaded and
+    trainable (``training.models.start_weights``, as ``train`` starts it)."""
     from transformers import AutoModelForCausalLM
 
-    from training.models import lora_config, torch_dtype
+    from training.models import lora_config, start_weights, torch_dtype, weights_source
 
-    model = AutoModelForCausalLM.from_pretrained(check_model(config.model),
+    model = AutoModelForCausalLM.from_pretrained(check_model(weights_source(config)),
                                                  dtype=torch_dtype(config.dtype))
+    if is_adapter_dir(config.init_checkpoint):
+        return start_weights(model, config), None
     return model, (lora_config(model, config) if config.lora else None)
 
 

@@ -110,6 +110,7 @@ class WorldModelConfig(ModelConfig):
     def _check_relations(self) -> None:
         """What goes with ``method``, and a usable ``reward``
         (:func:`training.config.check_config` calls this after the fields' types and bounds)."""
+        super()._check_relations()
         if self.lora and self.lora_dropout > 0:
             raise ValueError(f"lora_dropout={self.lora_dropout} is invalid; expected 0 for "
                              f"train-wm (it trains in eval mode: rwml's training pass must "

@@ -50,14 +50,17 @@ def sample_predictions(policy, examples: Sequence[WMExample], samples: int, *,
 
 
 def load_trainable_policy(config: WorldModelConfig):
-    """An ``HFPolicy`` on ``config.model``, wrapped in a fresh LoRA adapter when ``lora``."""
+    """An ``HFPolicy`` on the configured weights, as training starts them
+    (:func:`training.models.start_weights`: the ``init_checkpoint`` adapter, a fresh LoRA
+    adapter, or every weight)."""
     from agents.hf_policy import HFPolicy
-    from training.models import add_lora, count_layer_passes, torch_dtype
+    from training.models import count_layer_passes, start_weights, torch_dtype, weights_source
 
-    policy = HFPolicy(config.model, device=config.device, dtype=torch_dtype(config.dtype),
-                      seed=config.seed, max_context=config.max_seq_len)
-    if config.lora:
-        policy.model = add_lora(policy.model, config)
+    source = weights_source(config)
+    policy = HFPolicy(source, tokenizer=config.model if source != config.model else None,
+                      device=config.device, dtype=torch_dtype(config.dtype), seed=config.seed,
+                      max_context=config.max_seq_len)
+    policy.model = start_weights(policy.model, config).to(policy.device)
     count_layer_passes(policy.model)
     policy.model.eval()  # no dropout: sampling and training passes must agree
     return policy
