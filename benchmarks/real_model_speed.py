@@ -28,6 +28,15 @@ calls: one graph with gradients, one without) and the ratio of each phase after 
     python -m benchmarks.real_model_speed               # ~10 min on one core
     python -m benchmarks.real_model_speed --repeats 1   # ~4 min
     python -m benchmarks.real_model_speed --compile --out benchmarks/results/real_model_compile.json
+
+``--profile`` also runs each phase once under ``torch.profiler`` and splits its time
+(:func:`time_shares`): matrix products, attention, the LM head's log-softmax and gather,
+copies and layout ops, other elementwise ops (norms, activations, LoRA's scale), the autograd
+engine's own bookkeeping, and the time outside every op (Python, hooks, the dispatcher above
+the ops); and it counts the padding of the rows as the trainer splits them into micro-batches
+(``token_budget_batches`` at ``--token_budget``, the recipes' 2048).
+
+    python -m benchmarks.real_model_speed --rows 6 --repeats 1 --profile --out benchmarks/results/real_model_profile.json
 """
 
 from __future__ import annotations
@@ -99,6 +108,80 @@ def matmul_rate(tokens: int, hidden: int, inter: int, repeats: int = 5) -> float
     return 2 * 2 * tokens * hidden * inter / best
 
 
+#: Each category of :func:`time_shares`: the ops it holds by exact name, and name parts that
+#: also put an op in it; checked in this order (the first match names the op's category). An
+#: ``aten::`` op that matches none is "elementwise" (norms, activations, LoRA's scale, adds).
+OP_CATEGORIES = (
+    ("autograd engine", (), ("autograd::", "Backward0", "Backward1")),
+    ("matmul", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul",
+                "aten::linear"), ()),
+    ("attention", (), ("scaled_dot_product", "flash_attention")),
+    ("head (log-softmax, gather)", (), ("log_softmax", "logsumexp", "aten::gather",
+                                        "aten::scatter")),
+    ("copies and layout", (
+        "aten::copy_", "aten::cat", "aten::clone", "aten::contiguous", "aten::_to_copy",
+        "aten::to", "aten::index", "aten::index_select", "aten::fill_", "aten::zero_",
+        "aten::zeros", "aten::zeros_like", "aten::empty", "aten::empty_like",
+        "aten::empty_strided", "aten::as_strided", "aten::view", "aten::_unsafe_view",
+        "aten::reshape", "aten::transpose", "aten::expand", "aten::slice", "aten::select",
+        "aten::t", "aten::unsqueeze", "aten::squeeze", "aten::permute", "aten::stack",
+        "aten::pad", "aten::constant_pad_nd", "aten::split", "aten::split_with_sizes",
+        "aten::chunk", "aten::narrow", "aten::detach", "aten::detach_", "aten::alias",
+        "aten::new_zeros", "aten::new_empty", "aten::new_ones", "aten::resize_",
+        "aten::lift_fresh", "aten::flatten", "aten::unbind", "aten::ones", "aten::ones_like",
+        "aten::arange", "aten::full", "aten::full_like"), ()),
+)
+
+
+def op_category(name: str) -> str:
+    for category, names, parts in OP_CATEGORIES:
+        if name in names or any(part in name for part in parts):
+            return category
+    return "elementwise" if name.startswith("aten::") else "other ops"
+
+
+def time_shares(self_seconds: dict[str, float], wall_s: float) -> dict[str, float]:
+    """Shares of ``wall_s`` by :func:`op_category` of each op's self time (``self_seconds``:
+    op name → seconds spent in the op itself, not in the ops it called), and ``outside ops``:
+    the wall time no op accounts for (Python, hooks, the dispatcher above the ops). The self
+    times of nested ops add up to the top-level ops' totals, so the shares sum to 1."""
+    shares: dict[str, float] = {}
+    for name, seconds in self_seconds.items():
+        category = op_category(name)
+        shares[category] = shares.get(category, 0.0) + seconds / wall_s
+    shares["outside ops"] = 1.0 - sum(shares.values())
+    return shares
+
+
+def profiled(work: Callable[[], None]) -> dict[str, object]:
+    """``work`` run once under ``torch.profiler`` (CPU): its wall seconds, :func:`time_shares`
+    and the 12 ops with the most self time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as trace:
+        start = time.perf_counter()
+        work()
+        wall = time.perf_counter() - start
+    self_seconds = {event.key: event.self_cpu_time_total / 1e6
+                    for event in trace.key_averages()}
+    top = sorted(self_seconds.items(), key=lambda item: -item[1])[:12]
+    return {"wall_s": wall, "shares": time_shares(self_seconds, wall),
+            "top_ops": [{"op": name, "self_s": seconds, "share": seconds / wall,
+                         "category": op_category(name)} for name, seconds in top]}
+
+
+def padding(lengths: list[int], token_budget: int) -> dict[str, float]:
+    """The rows of ``lengths`` split as the trainer splits them (``token_budget_batches``):
+    micro-batches, real and padded tokens, and the padded share."""
+    from training.rl.batch import token_budget_batches
+
+    parts = token_budget_batches(lengths, token_budget)
+    padded = sum(len(part) * max(lengths[i] for i in part) for part in parts)
+    return {"token_budget": token_budget, "micro_batches": len(parts),
+            "real_tokens": sum(lengths), "padded_tokens": padded,
+            "padding_share": 1 - sum(lengths) / padded}
+
+
 def timed(work: Callable[[], float | None]) -> float:
     """Seconds ``work`` took, or the seconds it reports (a ceiling that times only its part)."""
     start = time.perf_counter()
@@ -115,6 +198,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=MODEL, help="an offline model's name or a folder")
     parser.add_argument("--compile", action="store_true",
                         help="also time scoring and the update with the decoder compiled")
+    parser.add_argument("--profile", action="store_true",
+                        help="also split each phase's time by op category (torch.profiler) "
+                             "and count the rows' padding")
+    parser.add_argument("--token_budget", type=int, default=2048,
+                        help="--profile's micro-batch split (the recipes' token_budget)")
     args = parser.parse_args(argv)
     set_threads(1)
     import torch
@@ -253,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
               "matmul_gflops": rate / 1e9, "phase_gflop": {k: v / 1e9 for k, v in flops.items()},
               "share_of_matmul_rate": {  # a phase, its ceiling and its compiled run: one work
                   key: flops[key.split("_")[0]] / medians[key] / rate for key in medians}}
+    if args.profile:
+        result["profile"] = {name: profiled(phase) for name, (phase, _) in phases.items()}
+        result["padding"] = padding([len(s) for s in samples], args.token_budget)
     if compiled:
         result["compile_s"] = compile_s
         result["compiled_over_eager"] = {name: medians[f"{name}_compiled"] / medians[name]
@@ -269,6 +360,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name} compiled: {medians[name + '_compiled']:.2f} s against "
               f"{medians[name]:.2f} s eager (x{result['compiled_over_eager'][name]:.2f}), after "
               f"{compile_s[name]:.0f} s for its first call")
+    for name, entry in result.get("profile", {}).items():
+        print(f"  {name} profiled ({entry['wall_s']:.2f} s): " + ", ".join(
+            f"{category} {share:.2f}" for category, share in
+            sorted(entry["shares"].items(), key=lambda item: -item[1])))
+    if "padding" in result:
+        pad = result["padding"]
+        print(f"  padding: {pad['micro_batches']} micro-batches at {pad['token_budget']} tokens, "
+              f"{pad['padded_tokens']} padded for {pad['real_tokens']} real tokens "
+              f"({100 * pad['padding_share']:.1f} % padding)")
     print(f"  the core's float32 matmul rate at the model's shapes: {rate / 1e9:.0f} GFLOP/s; "
           "share of it each phase achieves: " + ", ".join(
               f"{key} {share:.2f}" for key, share in result["share_of_matmul_rate"].items()))

@@ -1,4 +1,5 @@
-"""``benchmarks/real_model_speed.py``'s FLOP count, against a literal reference (issue 56)."""
+"""``benchmarks/real_model_speed.py``'s FLOP count, profile split and padding count, against
+literal references (issue 56)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from benchmarks.real_model_speed import decoder_flops
+from benchmarks.real_model_speed import decoder_flops, op_category, padding, profiled, time_shares
 
 # A one-layer decoder small enough to count by hand: hidden 4, MLP 8, 2 query heads and 1 key /
 # value head of width 2.
@@ -58,3 +59,40 @@ def test_compile_times_the_compiled_passes_beside_the_eager_ones(tiny_model_dir,
         assert result["compiled_over_eager"][name] == pytest.approx(
             result["median_s"][f"{name}_compiled"] / result["median_s"][name])
         assert result["share_of_matmul_rate"][f"{name}_compiled"] > 0
+
+
+def test_a_profile_splits_the_wall_time_by_op_category_and_leaves_the_rest_outside_ops():
+    self_seconds = {"aten::mm": 2.0, "aten::copy_": 1.0, "aten::tanh": 0.25, "aten::mul": 0.25,
+                    "autograd::engine::evaluate_function: MmBackward0": 0.5}
+    assert time_shares(self_seconds, 5.0) == pytest.approx(
+        {"matmul": 0.4, "copies and layout": 0.2, "elementwise": 0.1, "autograd engine": 0.1,
+         "outside ops": 0.2})
+    # Exact names for short ones: aten::t is a layout op, aten::tanh is not.
+    assert (op_category("aten::t"), op_category("aten::tanh")) == ("copies and layout",
+                                                                   "elementwise")
+    assert op_category("aten::_scaled_dot_product_flash_attention_for_cpu") == "attention"
+    assert op_category("aten::_log_softmax") == "head (log-softmax, gather)"
+
+
+def test_a_profiled_matmul_loop_is_mostly_matmul(one_torch_thread):
+    """A real profile: 20 products of 256 x 256 matrices spend most of their time in aten::mm,
+    and the shares add up to 1."""
+    import torch
+
+    a = torch.randn(256, 256)
+
+    def work():
+        for _ in range(20):
+            torch.mm(a, a)
+
+    entry = profiled(work)
+    assert sum(entry["shares"].values()) == pytest.approx(1.0)
+    assert entry["shares"]["matmul"] > 0.5
+    assert entry["top_ops"][0]["op"] == "aten::mm"
+
+
+def test_padding_counts_the_trainers_micro_batches():
+    # Longest first at a budget of 20: [10, 8] (2 x 10 = 20), then [3] alone.
+    assert padding([10, 8, 3], 20) == {"token_budget": 20, "micro_batches": 2,
+                                       "real_tokens": 21, "padded_tokens": 23,
+                                       "padding_share": pytest.approx(2 / 23)}
