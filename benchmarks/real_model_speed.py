@@ -37,6 +37,13 @@ the ops); and it counts the padding of the rows as the trainer splits them into 
 (``token_budget_batches`` at ``--token_budget``, the recipes' 2048).
 
     python -m benchmarks.real_model_speed --rows 6 --repeats 1 --profile --out benchmarks/results/real_model_profile.json
+
+``--threads 1 2`` also times each phase at each of those torch thread counts, alternating in
+the same repeats (the first count is the one every other row uses): whether a run alone on the
+machine gains from more threads (``thread_speedup``: the first count's median over each
+other's).
+
+    python -m benchmarks.real_model_speed --rows 6 --repeats 3 --threads 1 2 --out benchmarks/results/real_model_threads.json
 """
 
 from __future__ import annotations
@@ -201,10 +208,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="also split each phase's time by op category (torch.profiler) "
                              "and count the rows' padding")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1],
+                        help="torch thread counts, each phase timed at each (the first: "
+                             "every other row's)")
     parser.add_argument("--token_budget", type=int, default=2048,
                         help="--profile's micro-batch split (the recipes' token_budget)")
     args = parser.parse_args(argv)
-    set_threads(1)
+    if any(n < 1 for n in args.threads) or len(set(args.threads)) != len(args.threads):
+        parser.error(f"--threads {' '.join(map(str, args.threads))}: expected distinct counts "
+                     ">= 1")
+    set_threads(args.threads[0])
     import torch
     from peft import LoraConfig, get_peft_model
 
@@ -313,12 +326,17 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("update", "scoring"):  # the first call compiles (each its own graph)
             compile_s[name] = timed(compiled[name])
             times[f"{name}_compiled"] = []
+    others = args.threads[1:]
     for _ in range(args.repeats):
         for name, (phase, ceiling) in phases.items():
             times[name].append(timed(phase))
             times[f"{name}_ceiling"].append(timed(ceiling))
             if name in compiled:
                 times[f"{name}_compiled"].append(timed(compiled[name]))
+            for count in others:
+                torch.set_num_threads(count)
+                times.setdefault(f"{name}_threads{count}", []).append(timed(phase))
+                torch.set_num_threads(args.threads[0])
     medians = {key: statistics.median(values) for key, values in times.items()}
     shape = model.config
     rate = matmul_rate(row_tokens, shape.hidden_size, shape.intermediate_size)
@@ -341,6 +359,11 @@ def main(argv: list[str] | None = None) -> int:
               "matmul_gflops": rate / 1e9, "phase_gflop": {k: v / 1e9 for k, v in flops.items()},
               "share_of_matmul_rate": {  # a phase, its ceiling and its compiled run: one work
                   key: flops[key.split("_")[0]] / medians[key] / rate for key in medians}}
+    if others:
+        result["threads"] = args.threads
+        result["thread_speedup"] = {f"{name}_threads{count}": medians[name]
+                                    / medians[f"{name}_threads{count}"]
+                                    for name in phases for count in others}
     if args.profile:
         result["profile"] = {name: profiled(phase) for name, (phase, _) in phases.items()}
         result["padding"] = padding([len(s) for s in samples], args.token_budget)
@@ -360,6 +383,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name} compiled: {medians[name + '_compiled']:.2f} s against "
               f"{medians[name]:.2f} s eager (x{result['compiled_over_eager'][name]:.2f}), after "
               f"{compile_s[name]:.0f} s for its first call")
+    for key, speedup in result.get("thread_speedup", {}).items():
+        name, count = key.split("_threads")
+        print(f"  {name} at {count} threads: {medians[key]:.2f} s, x{speedup:.2f} against "
+              f"{args.threads[0]}")
     for name, entry in result.get("profile", {}).items():
         print(f"  {name} profiled ({entry['wall_s']:.2f} s): " + ", ".join(
             f"{category} {share:.2f}" for category, share in

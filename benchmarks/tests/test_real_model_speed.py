@@ -96,3 +96,13 @@ def test_padding_counts_the_trainers_micro_batches():
     assert padding([10, 8, 3], 20) == {"token_budget": 20, "micro_batches": 2,
                                        "real_tokens": 21, "padded_tokens": 23,
                                        "padding_share": pytest.approx(2 / 23)}
+
+
+@pytest.mark.parametrize("threads", [["0"], ["1", "1"]])
+def test_bad_thread_counts_are_refused_before_the_model_loads(threads, capsys):
+    from benchmarks.real_model_speed import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--threads", *threads, "--model", "/nowhere"])
+    assert stop.value.code == 2
+    assert f"--threads {' '.join(threads)}: expected distinct counts >= 1" in capsys.readouterr().err
