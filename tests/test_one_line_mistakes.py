@@ -97,3 +97,35 @@ def test_a_resume_in_another_numerics_mode_says_so(tiny_model_dir, tmp_path, mon
         monkeypatch.delenv(name, raising=False)
     trainer.run_state.announce_resume(tmp_path / "run")  # the same mode: no word
     assert "numerics" not in capsys.readouterr().err
+
+
+def test_a_resume_on_another_cpu_kind_says_so(tiny_model_dir, tmp_path, capsys):
+    """In native numerics a checkpoint computed on another CPU kind, or with other kernels,
+    continues with a warning naming both; the same machine's record gives no word."""
+    from training.config import TrainConfig
+    from training.infra.numerics import machine, mode_in_effect
+    from training.trainer import PaWTrainer
+
+    if mode_in_effect() != "native":
+        pytest.skip("the warning is native numerics' (PAW_GYM_NUMERICS is set)")
+    trainer = PaWTrainer(TrainConfig(model=str(tiny_model_dir), env_id="Test/GuessNumber-v0",
+                                     output_dir=str(tmp_path / "run"), device="cpu",
+                                     progress=False))
+    trainer.run_state.resumed_from = tmp_path / "run" / "checkpoints" / "step-000002"
+    here = machine()
+    trainer.run_state.resumed_machine = here
+    trainer.run_state.announce_resume(tmp_path / "run")
+    assert "warning" not in capsys.readouterr().err
+    other = {**here, "cpu_kind": {**here["cpu_kind"], "model": -1}, "cpu_capability": "AVX2",
+             "numerics_settings": {"ONEDNN_MAX_CPU_ISA": "AVX2"}}
+    trainer.run_state.resumed_machine = other
+    trainer.run_state.announce_resume(tmp_path / "run")
+    err = capsys.readouterr().err
+    assert "warning: step-000002 was computed on " in err
+    assert "model -1" in err and "torch's AVX2 kernels, ONEDNN_MAX_CPU_ISA=AVX2 and this run " \
+           f"computes on {here['cpu']}" in err
+    assert "may not be those it would have made there" in err
+    # A record without the CPU's kind (a checkpoint from before it was kept): no word.
+    trainer.run_state.resumed_machine = {"numerics": "native"}
+    trainer.run_state.announce_resume(tmp_path / "run")
+    assert "warning" not in capsys.readouterr().err

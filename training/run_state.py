@@ -29,7 +29,7 @@ from run_files.outputs import Output, claim_folder, write_text_atomically
 from training.config import TrainConfig
 from training.infra import checkpoint as ckpt
 from training.infra.collapse import CollapseWatch
-from training.infra.numerics import machine, mode_in_effect
+from training.infra.numerics import kernels_phrase, machine, mode_in_effect, numerics_key
 from training.rl.async_rollout import Rollout, read_rollouts_ahead, rollouts_to_json
 from training.rl.sampler import RolloutSampler
 from training.rl.update import PolicyUpdate
@@ -275,6 +275,15 @@ class RunState:
                   f"mode and this run computes in {mode_in_effect()!r} (PAW_GYM_NUMERICS): it "
                   "continues, but its numbers from here are not those the run would have "
                   f"made in {saved_mode!r}", file=sys.stderr, flush=True)
+        elif saved_mode == "native" and {"cpu_kind", "cpu_capability"} <= set(
+                self.resumed_machine) and numerics_key(self.resumed_machine) != numerics_key():
+            print(f"warning: {self.resumed_from.name} was computed on "
+                  f"{kernels_phrase(self.resumed_machine)} and this run computes on "
+                  f"{kernels_phrase(machine())}: in 'native' numerics another CPU kind or "
+                  "kernel choice can round float sums differently, so the run continues but "
+                  "its numbers from here may not be those it would have made there (a run "
+                  "started with PAW_GYM_NUMERICS=portable computes the same on every x86-64 CPU "
+                  "with SSE4.1)", file=sys.stderr, flush=True)
         recorded = self.resumed_config or {}
         current = asdict(config)
         changed = {k: (recorded[k], current[k]) for k in sorted(current)

@@ -181,20 +181,29 @@ def lock_sha256() -> str | None:
         return None
 
 
-def numerics_key() -> dict[str, Any]:
+def numerics_key(record: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a float result depends on besides the inputs and the library versions (a cache
-    key's part): in ``portable`` mode the mode alone (the same on every x86-64 CPU), in
-    ``native`` also the CPU, the kernels torch runs and the libraries' settings."""
-    import torch
-
-    mode = mode_in_effect()
+    key's part), in this process or in a :func:`machine` record (a checkpoint's): in
+    ``portable`` mode the mode alone (the same on every x86-64 CPU), in ``native`` also the
+    CPU, the kernels torch runs and the libraries' settings."""
+    record = machine() if record is None else record
+    mode = record.get("numerics")
     if mode == "portable":
         return {"mode": mode}
-    kind = cpu_kind()
-    return {"mode": mode, "cpu": cpu_model(),
-            "cpu_kind": {k: kind[k] for k in ("vendor", "family", "model", "isa")},
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "settings": {k: os.environ[k] for k in SETTINGS if k in os.environ}}
+    kind = record.get("cpu_kind") or {}
+    return {"mode": mode, "cpu": record.get("cpu"),
+            "cpu_kind": {k: kind.get(k) for k in ("vendor", "family", "model", "isa")},
+            "cpu_capability": record.get("cpu_capability"),
+            "settings": record.get("numerics_settings") or {}}
+
+
+def kernels_phrase(record: dict[str, Any]) -> str:
+    """Where a :func:`machine` record's floats were computed, in words: the CPU's kind,
+    torch's kernels and the libraries' settings."""
+    settings = ", ".join(f"{k}={v}" for k, v in (record.get("numerics_settings") or {}).items())
+    return (f"{record.get('cpu') or 'a CPU'} ({kind_phrase(record.get('cpu_kind'))}) with "
+            f"torch's {record.get('cpu_capability')} kernels" + (f", {settings}" if settings
+                                                                 else ""))
 
 
 def machine() -> dict[str, Any]:
