@@ -488,3 +488,20 @@ def test_a_checkpoint_that_cannot_be_written_is_one_error_and_the_last_one_stays
     resumed = run(0, "--total_steps", "2", "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert (out / "checkpoints" / "step-000002" / "state.json").is_file()
+
+
+def test_pad_frac_is_the_padding_of_the_updates_micro_batches(tiny_model_dir, tmp_path,
+                                                             one_torch_thread):
+    """``pad_frac``: the padded share of the positions the update ran over, recomputed here
+    from the rollout's rows as the trainer splits them (the whole rollout in one step; a
+    small token budget, so several micro-batches of unequal rows)."""
+    from training.rl.batch import token_budget_batches
+
+    trainer = PaWTrainer(_config(tiny_model_dir, tmp_path, total_steps=1, mini_batch_size=0,
+                                 token_budget=1100))
+    metrics = trainer.train_step()
+    lengths = [sample.length(True) for sample in trainer.updater.last_batch.samples]
+    parts = token_budget_batches(lengths, 1100)
+    padded = sum(len(part) * max(lengths[i] for i in part) for part in parts)
+    assert len(parts) > 1 and padded > sum(lengths)
+    assert metrics["pad_frac"] == pytest.approx(1 - sum(lengths) / padded)

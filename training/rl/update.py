@@ -375,6 +375,7 @@ class PolicyUpdate:
             if idle or not finite:
                 continue
             stats["train_tokens"] = float(mb.attention_mask.sum())
+            stats["train_positions"] = float(mb.attention_mask.numel())  # padding included
             for key, value in stats.items():
                 totals[key] = (max(totals.get(key, value), value) if key.endswith("_max")
                                else totals.get(key, 0.0) + value)
@@ -453,6 +454,10 @@ class PolicyUpdate:
             "wm_active_tokens": (totals.get("obs_tokens", 0.0) - (
                 totals.get("obs_clipped_tokens", 0.0) if self.config.wm_loss == "cmae" else 0.0)
             ) / self.config.ppo_epochs,
+            # Padded positions the update's passes ran over, of all it ran over (rows are
+            # right-padded to their micro-batch's longest: work that trains nothing).
+            "pad_frac": 1.0 - per("train_tokens", totals.get("train_positions", 0.0))
+            if totals.get("train_positions") else 0.0,
             "advantage_abs_mean": float(np.mean([abs(s.advantage) for s in batch.samples])),
             "zero_advantage_groups": batch.zero_advantage_groups,
             "transitions": len(batch.samples),
