@@ -193,7 +193,7 @@ def load_policy(model: str | None = None, checkpoint: str | Path | None = None,
     in the checkpoint or adapter config), prompting with ``system_prompt``
     (:class:`agents.chat.ChatEncoder`)."""
     from agents.hf_policy import HFPolicy
-    from training.infra.checkpoint import is_adapter_dir
+    from training.infra.model_config import is_adapter_dir
 
     if checkpoint is None:
         if model is None:

@@ -10,8 +10,7 @@ import functools
 import torch
 
 from training.config import TrainConfig
-from training.infra.checkpoint import is_adapter_dir
-from training.infra.model_config import ModelConfig
+from training.infra.model_config import ModelConfig, is_adapter_dir
 
 
 def torch_dtype(name: str):
@@ -80,15 +79,9 @@ def check_lora_targets(targets, names) -> None:
 def build_policy(config: TrainConfig, device: str | None = None):
     """An ``agents.HFPolicy`` on the configured model, wrapped for training (LoRA or full), on
     ``device`` (default: ``config.device``)."""
-    from agents.hf_policy import HFPolicy
-
-    source = weights_source(config)
-    policy = HFPolicy(source, tokenizer=config.model if source != config.model else None,
-                      device=device or config.device, dtype=torch_dtype(config.dtype),
-                      seed=config.seed, max_context=rollout_context(config),
-                      system_prompt=config.system_prompt)
-    policy.model = start_weights(policy.model, config).to(policy.device)
-    count_layer_passes(policy.model)
+    policy = trainable_policy(config, device=device or config.device, seed=config.seed,
+                              max_context=rollout_context(config),
+                              system_prompt=config.system_prompt)
     if config.gradient_checkpointing:
         policy.model.gradient_checkpointing_enable(
             gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -168,6 +161,21 @@ def start_weights(model, config: ModelConfig):
 
         return PeftModel.from_pretrained(model, config.init_checkpoint, is_trainable=True)
     return add_lora(model, config) if config.lora else model
+
+
+def trainable_policy(config: ModelConfig, **policy_kwargs):
+    """An ``agents.HFPolicy`` on :func:`weights_source` (its tokenizer from ``model`` when the
+    weights come from elsewhere), started by :func:`start_weights`, its layer passes counted
+    (:func:`count_layer_passes`): the one load of ``train``, ``sft`` and ``train-wm``.
+    ``policy_kwargs``: the policy's device, seed, context and system prompt."""
+    from agents.hf_policy import HFPolicy
+
+    source = weights_source(config)
+    policy = HFPolicy(source, tokenizer=config.model if source != config.model else None,
+                      dtype=torch_dtype(config.dtype), **policy_kwargs)
+    policy.model = start_weights(policy.model, config).to(policy.device)
+    count_layer_passes(policy.model)
+    return policy
 
 
 def check_vllm_installed(name: str = "rollout_backend") -> None:

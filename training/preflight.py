@@ -283,7 +283,7 @@ def check_lora_targets(config) -> None:
     """With ``lora``, every ``lora_target_modules`` name is a layer of the model LoRA can wrap
     (read from its config on the meta device: no weight is read); a model whose config cannot
     be read here is checked when it loads (``training.models.build_policy``)."""
-    from training.infra.checkpoint import is_adapter_dir
+    from training.infra.model_config import is_adapter_dir
     from training.models import check_lora_targets as check, lora_layer_names
 
     if not config.lora or is_adapter_dir(config.init_checkpoint):

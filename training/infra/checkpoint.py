@@ -27,7 +27,7 @@ from run_files.data_files import DataFileError
 from run_files.outputs import (IncompleteOutput, IntegrityError, check_folder, verify_output,
                                write_text_atomically)
 from training.infra.data_files import read_checkpoint_state
-from training.infra.model_config import is_adapter_dir  # noqa: F401  (re-exported)
+from training.infra.model_config import is_adapter_dir
 from training.infra.metrics_log import run_folder
 
 STEP_PREFIX = "step-"

@@ -107,20 +107,16 @@ def _fine_tune(config: SFTConfig, output) -> list[dict[str, Any]]:
     """:func:`run_sft`'s training and save into its claimed ``output``."""
     import torch
 
-    from agents.hf_policy import HFPolicy
     from paw_gym.progress import progress_bar
     from training.rl.batch import collate
-    from training.models import count_layer_passes, start_weights, torch_dtype, weights_source
+    from training.models import trainable_policy
     from training.rl.objective import gather_logprobs
 
     random.seed(config.seed)
     torch.manual_seed(config.seed)
-    source = weights_source(config)
-    policy = HFPolicy(source, tokenizer=config.model if source != config.model else None,
-                      device=config.device, dtype=torch_dtype(config.dtype), seed=config.seed,
-                      system_prompt=config.system_prompt)
-    policy.model = start_weights(policy.model, config).to(policy.device)
-    count_layer_passes(policy.model)  # a batch's progress shows before it ends
+    # Its layer passes are counted: a batch's progress shows before it ends.
+    policy = trainable_policy(config, device=config.device, seed=config.seed,
+                              system_prompt=config.system_prompt)
     # eval mode (no dropout) unless the adapter asks for its own dropout: the tiny models have
     # none, hub models keep parity with how they score in RL
     model = policy.model.train(config.lora and config.lora_dropout > 0)

@@ -53,15 +53,10 @@ def load_trainable_policy(config: WorldModelConfig):
     """An ``HFPolicy`` on the configured weights, as training starts them
     (:func:`training.models.start_weights`: the ``init_checkpoint`` adapter, a fresh LoRA
     adapter, or every weight)."""
-    from agents.hf_policy import HFPolicy
-    from training.models import count_layer_passes, start_weights, torch_dtype, weights_source
+    from training.models import trainable_policy
 
-    source = weights_source(config)
-    policy = HFPolicy(source, tokenizer=config.model if source != config.model else None,
-                      device=config.device, dtype=torch_dtype(config.dtype), seed=config.seed,
-                      max_context=config.max_seq_len)
-    policy.model = start_weights(policy.model, config).to(policy.device)
-    count_layer_passes(policy.model)
+    policy = trainable_policy(config, device=config.device, seed=config.seed,
+                              max_context=config.max_seq_len)
     policy.model.eval()  # no dropout: sampling and training passes must agree
     return policy
 
