@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from benchmarks.common import RESULTS
+from training.infra.numerics import kernels_phrase
 
 #: Each section: its title, its result file (under benchmarks/results), the command that
 #: remakes it, and the function that turns the file into rows of (figure, value).
@@ -125,10 +126,7 @@ section("The memory estimate at a 4,096-token budget", "memory_peak_phases_4096.
 def machine_words(record: dict[str, Any] | None) -> str:
     if not record:
         return "machine not recorded"
-    kind = record.get("cpu_kind") or {}
-    return (f"{record.get('cpu', '?')} family {kind.get('family', '?')} model "
-            f"{kind.get('model', '?')}, torch's {record.get('cpu_capability', '?')} kernels, "
-            f"{record.get('date_utc', 'undated')}")
+    return f"{kernels_phrase(record)}, {record.get('date_utc', 'undated')}"
 
 
 def report(results: Path = RESULTS) -> str:
