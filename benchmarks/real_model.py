@@ -473,10 +473,14 @@ def report_cell(name: str) -> str:
             f"{100 * c['val_invalid'][0]:.0f} → {100 * c['val_invalid'][-1]:.0f} | "
             + " → ".join(_pct(v) for v in (c["wm_token"][0], c["wm_token"][-1])) + " | "
             + " → ".join(_pct(v) for v in (c["wm_exact"][0], c["wm_exact"][-1]))
-            + f" | {paw} | {r['cpu_s'] / 60:.0f} |")
+            + f" | {paw} | {r['cpu_s'] / 60:.0f}{RESUMED_MARK if r.get('pieces', 1) > 1 else ''} |")
     seeds = sorted({r["seed"] for r in runs.values()
                     if f"grpo-s{r['seed']}" in runs and f"grpo_paw-s{r['seed']}" in runs})
     lines.append("")
+    resumed = sum(r.get("pieces", 1) > 1 for r in runs.values())
+    if resumed:
+        lines += [f"{RESUMED_MARK} resumed from a checkpoint: its CPU minutes are those of the "
+                  "last piece only (a stopped piece's CPU time is not in the result file)", ""]
     held = [s for s in seeds if cell_numbers(runs[f"grpo-s{s}"])["early_success"] < 0.05]
     lines.append(f"- the regime (GRPO wins < 5 % of its training rollouts over updates 1–3) "
                  f"holds on {len(held)} of {len(seeds)} paired seeds")
@@ -503,8 +507,14 @@ def report_cell(name: str) -> str:
     where = next(iter(runs.values())).get("machine", {}).get("cpu", "?")
     commits = sorted({r.get("code", {}).get("commit", "?")[:7] for r in runs.values()})
     lines.append(f"- CPU time of the {len(runs)} RL runs with their evaluations: "
-                 f"{cpu / 3600:.1f} h ({where}; code {', '.join(commits)})")
+                 f"{cpu / 3600:.1f} h ({where}; code {', '.join(commits)})"
+                 + (f"; {resumed} of them resumed, counted from their last piece only"
+                    if resumed else ""))
     return "\n".join(lines)
+
+
+#: Marks a run that was resumed: the CPU time in its result file is its last piece's.
+RESUMED_MARK = "†"
 
 
 def _pct(value: float | None) -> str:

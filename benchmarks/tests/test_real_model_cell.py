@@ -71,6 +71,7 @@ def test_the_cell_report_pairs_seeds_and_computes_the_differences(tmp_path, monk
             # seed 1: GRPO wins 12.5 % over its first 3 updates: outside the regime
             "grpo-s1": _run(1, False, [0.125, 0.125, 0.125, 0.125], 0.30, 0.50),
             "grpo_paw-s1": _run(1, True, [0, 0, 0, 0], 0.50, 0.50)}
+    runs["grpo-s1"]["pieces"] = 2  # resumed once: its CPU time is the last piece's
     for key, run in runs.items():
         (folder / f"rl-{key}.json").write_text(json.dumps(run))
     numbers = real_model.cell_numbers(runs["grpo_paw-s0"], start_greedy=0.25)
@@ -89,7 +90,8 @@ def test_the_cell_report_pairs_seeds_and_computes_the_differences(tmp_path, monk
     assert f"final held-out success, greedy: {mean:+.1f} ± {half:.1f} pp" in text
     assert "GRPO + PaW: a training win in 1 of 2 runs, first at update(s) 2, none" in text
     assert "GRPO: a training win in 2 of 2 runs, first at update(s) 4, 1" in text
-    assert "code abcdef0" in text
+    assert "code abcdef0); 1 of them resumed, counted from their last piece only" in text
+    assert text.count(f"| 10{real_model.RESUMED_MARK} |") == 1   # 600 CPU s, the last piece
     assert text.count("| GRPO + PaW |") == 2 and text.count("| GRPO |") == 2
 
 
