@@ -122,8 +122,8 @@ def _pretrain(arguments: TinyModelArguments, out, env_kwargs: dict) -> None:
 
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
-        for env_id in arguments.envs:
-            record_expert_demos(env_id, arguments.pretrain_episodes, scratch,
+        for env in arguments.envs:
+            record_expert_demos(env, arguments.pretrain_episodes, scratch,
                                 seed=arguments.seed, max_steps=arguments.max_steps,
                                 epsilon=arguments.epsilon, progress=True, **env_kwargs)
         _, losses = run_pretrain(PretrainConfig(model=str(out), replay=scratch,
