@@ -9,6 +9,7 @@ again, so the study resumes where it stopped and runs in pieces.
     python -m benchmarks.real_model shelf --stages zero-shot sft       # the start
     python -m benchmarks.real_model shelf --stages rl --seeds 0 1 2    # paired RL runs
     python -m benchmarks.real_model shelf --report                     # the tables
+    python -m benchmarks.real_model shelf --stop "session end"         # stop at a checkpoint
 
 Stages per recipe (:data:`RECIPES`): ``zero-shot`` (``eval`` of the model as it comes),
 ``sft`` (record expert episodes, ``sft`` with the recipe's config, ``eval`` of the adapter),
@@ -24,6 +25,7 @@ import argparse
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -172,8 +174,9 @@ def trained(args: list[str], folder: Path) -> dict[str, float]:
     that finished is not trained again when the stage's evaluations or result file are redone.
     A run that was stopped (a session's end) and left a checkpoint goes on from it with
     ``--resume``, exactly (the trainer restores weights, optimizer, schedule and every RNG);
-    its cost is then the pieces that finished (``pieces`` counts them: the updates a stopped
-    piece made after its last checkpoint are made again, and that piece's CPU time is lost)."""
+    its cost here is the piece that finished (``pieces`` is then 2, however many there were:
+    the updates a stopped piece made after its last checkpoint are made again); a piece that
+    ``--stop`` ended has its CPU time in :data:`STOPPED_PIECES` (:func:`stop_runs`)."""
     cost_file = folder.with_name(folder.name + ".cost.json")
     if cost_file.is_file():
         return json.loads(cost_file.read_text(encoding="utf-8"))
@@ -307,6 +310,123 @@ def _mean(values: list[float | None]) -> float | None:
 def result_path(name: str, stage: str) -> Path:
     """One file per stage and per RL run, so studies of several seeds run side by side."""
     return RESULTS / "real_model" / name / f"{stage}.json"
+
+
+#: Beside a recipe's results: one JSON line per RL run piece that ``--stop`` ended.
+STOPPED_PIECES = "stopped-pieces.jsonl"
+
+
+def _processes() -> dict[int, list[str]]:
+    """Every process this user can read: its command line's arguments."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                raw = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            found[int(entry.name)] = raw.decode(errors="replace").split("\0")
+    return found
+
+
+def _argument(command: list[str], flag: str) -> str | None:
+    return command[command.index(flag) + 1] if flag in command[:-1] else None
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and of its children it has waited for
+    (``/proc/PID/stat``'s utime, stime, cutime, cstime)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def recipe_trainers(name: str) -> dict[int, Path]:
+    """The running ``paw-gym train`` processes of ``name``'s RL stage in this clone: their
+    ``--output_dir`` (read against the process's working folder) is a run folder under
+    ``RUNS/<name>/rl/`` (another clone's runs, e.g. a study's worktree, are not touched)."""
+    trainers = {}
+    for pid, command in _processes().items():
+        if "training.cli" not in command or "train" not in command:
+            continue
+        folder = _argument(command, "--output_dir")
+        if folder is None:
+            continue
+        try:
+            path = Path(os.readlink(f"/proc/{pid}/cwd")) / folder
+        except OSError:
+            continue
+        if path.resolve().parent == (RUNS / name / "rl").resolve():
+            trainers[pid] = path
+    return trainers
+
+
+def stop_runs(name: str, reason: str, poll_s: float = 5.0) -> list[dict[str, Any]]:
+    """End ``name``'s running RL trainers where ``--resume`` loses nothing (a session's end):
+    wait until each has written a checkpoint newer than the one it had, pause it there
+    (SIGSTOP), read its CPU seconds (:func:`_cpu_seconds`), then kill its driver (this module's
+    process that started it, so that no evaluation or next seed starts) and it. One JSON line
+    per run goes to :data:`STOPPED_PIECES` beside the recipe's results; ``--report`` adds those
+    CPU seconds to the run's, whose result file holds only the piece that finished. The
+    updates a trainer makes after the checkpoint it stops at are made again on resume."""
+    from training.infra.checkpoint import latest_checkpoint, latest_intact_checkpoint
+
+    trainers = recipe_trainers(name)
+    if not trainers:
+        raise SystemExit(f"no RL run of {name} is running (no `paw-gym train` process whose "
+                         f"--output_dir is in {RUNS / name / 'rl'})")
+    had = {pid: latest_checkpoint(folder) for pid, folder in trainers.items()}
+    print(f"waiting for the next checkpoint of {', '.join(f.name for f in trainers.values())}",
+          flush=True)
+    stopped: dict[int, tuple[Path | None, float | None]] = {}
+    while len(stopped) < len(trainers):
+        for pid, folder in trainers.items():
+            if pid in stopped:
+                continue
+            if not Path(f"/proc/{pid}").exists():  # it finished (or failed) meanwhile
+                stopped[pid] = (latest_intact_checkpoint(folder), None)
+                continue
+            newest = latest_checkpoint(folder)
+            if newest is not None and newest != had[pid]:
+                intact = latest_intact_checkpoint(folder)
+                if intact == newest:
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped[pid] = (intact, _cpu_seconds(pid))
+        time.sleep(poll_s)
+    for pid in stopped:
+        driver = _parent(pid) if Path(f"/proc/{pid}").exists() else None
+        if driver and "benchmarks.real_model" in _processes().get(driver, []):
+            os.kill(driver, signal.SIGKILL)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    records = [{"run": trainers[pid].name, "after_update": int(checkpoint.name.split("-")[1])
+                if checkpoint else None, "cpu_s": cpu,
+                "stopped_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "reason": reason}
+               for pid, (checkpoint, cpu) in stopped.items() if cpu is not None]
+    path = RESULTS / "real_model" / name / STOPPED_PIECES
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as log:
+        for record in records:
+            log.write(json.dumps(record) + "\n")
+            print(f"stopped {record['run']} after update {record['after_update']}: "
+                  f"{record['cpu_s']:.0f} CPU s in this piece", flush=True)
+    return records
+
+
+def stopped_cpu(name: str) -> dict[str, float]:
+    """Per RL run (``grpo_paw-s0``), the CPU seconds of its pieces that ``--stop`` ended."""
+    path = RESULTS / "real_model" / name / STOPPED_PIECES
+    totals: dict[str, float] = {}
+    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
+        record = json.loads(line)
+        totals[record["run"]] = totals.get(record["run"], 0.0) + record["cpu_s"]
+    return totals
 
 
 def load_results(name: str) -> dict[str, Any]:
@@ -456,6 +576,10 @@ def report_cell(name: str) -> str:
               "0 → 20 (%) | WM exact 0 → 20 (%) | mean λ_g | WM coverage | wm_leak | CPU min |",
               "|---:|---|---:|---:|---:|---:|---:|---|---|---|---|---|---:|---:|---:|---:|"]
     start_greedy = results.get("sft", {}).get("success")
+    stopped = stopped_cpu(name)
+    # A resumed run's result file has the CPU time of its last piece only; --stop logs the
+    # pieces it ends. A resumed run none of whose stopped pieces were logged is marked.
+    unlogged = {key for key, r in runs.items() if r.get("pieces", 1) > 1 and key not in stopped}
     for key in sorted(runs, key=lambda k: (runs[k]["seed"], runs[k]["paw"])):
         r = runs[key]
         c = cell_numbers(r, start_greedy)
@@ -473,14 +597,14 @@ def report_cell(name: str) -> str:
             f"{100 * c['val_invalid'][0]:.0f} → {100 * c['val_invalid'][-1]:.0f} | "
             + " → ".join(_pct(v) for v in (c["wm_token"][0], c["wm_token"][-1])) + " | "
             + " → ".join(_pct(v) for v in (c["wm_exact"][0], c["wm_exact"][-1]))
-            + f" | {paw} | {r['cpu_s'] / 60:.0f}{RESUMED_MARK if r.get('pieces', 1) > 1 else ''} |")
+            + f" | {paw} | {(r['cpu_s'] + stopped.get(key, 0.0)) / 60:.0f}"
+            f"{RESUMED_MARK if key in unlogged else ''} |")
     seeds = sorted({r["seed"] for r in runs.values()
                     if f"grpo-s{r['seed']}" in runs and f"grpo_paw-s{r['seed']}" in runs})
     lines.append("")
-    resumed = sum(r.get("pieces", 1) > 1 for r in runs.values())
-    if resumed:
-        lines += [f"{RESUMED_MARK} resumed from a checkpoint: its CPU minutes are those of the "
-                  "last piece only (a stopped piece's CPU time is not in the result file)", ""]
+    if unlogged:
+        lines += [f"{RESUMED_MARK} resumed from a checkpoint before `--stop` logged stopped "
+                  "pieces: its CPU minutes are those of the last piece only", ""]
     held = [s for s in seeds if cell_numbers(runs[f"grpo-s{s}"])["early_success"] < 0.05]
     lines.append(f"- the regime (GRPO wins < 5 % of its training rollouts over updates 1–3) "
                  f"holds on {len(held)} of {len(seeds)} paired seeds")
@@ -502,18 +626,21 @@ def report_cell(name: str) -> str:
             lines.append(f"- {label}: a training win in {sum(f is not None for f in firsts)} of "
                          f"{len(seeds)} runs, first at update(s) "
                          + ", ".join("none" if f is None else str(f) for f in firsts))
-    cpu = sum(r["cpu_s"] + sum(e.get("cpu_s", 0) for e in r.get("checkpoint_evals", {}).values())
-              for r in runs.values())
+    cpu = sum(r["cpu_s"] + stopped.get(key, 0.0)
+              + sum(e.get("cpu_s", 0) for e in r.get("checkpoint_evals", {}).values())
+              for key, r in runs.items())
     where = next(iter(runs.values())).get("machine", {}).get("cpu", "?")
     commits = sorted({r.get("code", {}).get("commit", "?")[:7] for r in runs.values()})
     lines.append(f"- CPU time of the {len(runs)} RL runs with their evaluations: "
                  f"{cpu / 3600:.1f} h ({where}; code {', '.join(commits)})"
-                 + (f"; {resumed} of them resumed, counted from their last piece only"
-                    if resumed else ""))
+                 + (f", {sum(stopped.get(key, 0.0) for key in runs) / 3600:.1f} h of it in "
+                    "pieces that `--stop` ended" if stopped else "")
+                 + (f"; {len(unlogged)} of them resumed, counted from their last piece only"
+                    if unlogged else ""))
     return "\n".join(lines)
 
 
-#: Marks a run that was resumed: the CPU time in its result file is its last piece's.
+#: Marks a resumed run whose stopped pieces were not logged: its CPU time is its last piece's.
 RESUMED_MARK = "†"
 
 
@@ -596,7 +723,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", nargs="+", default=["grpo_paw", "grpo"],
                         choices=["grpo_paw", "grpo"])
     parser.add_argument("--report", action="store_true", help="only print the tables")
+    parser.add_argument("--stop", metavar="REASON",
+                        help="stop the recipe's running RL runs at their next checkpoint, "
+                             "logging each piece's CPU time, and exit")
     args = parser.parse_args(argv)
+    if args.stop is not None:
+        stop_runs(args.recipe, args.stop)
+        return 0
     if not args.report:
         run_study(args.recipe, args.stages, args.seeds,
                   [variant == "grpo_paw" for variant in args.variants])

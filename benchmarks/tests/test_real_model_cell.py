@@ -4,12 +4,20 @@ from a run's replay and metrics, and the paired report, against hand-computed nu
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from benchmarks import real_model
 from wrappers import WMReplay
 from wrappers.record import transition_record
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _replay(folder, wins):
@@ -71,7 +79,12 @@ def test_the_cell_report_pairs_seeds_and_computes_the_differences(tmp_path, monk
             # seed 1: GRPO wins 12.5 % over its first 3 updates: outside the regime
             "grpo-s1": _run(1, False, [0.125, 0.125, 0.125, 0.125], 0.30, 0.50),
             "grpo_paw-s1": _run(1, True, [0, 0, 0, 0], 0.50, 0.50)}
-    runs["grpo-s1"]["pieces"] = 2  # resumed once: its CPU time is the last piece's
+    # Both seed-1 runs resumed once: GRPO's stopped piece was not logged (its CPU time is the
+    # last piece's, marked), GRPO + PaW's was (300 CPU s, added).
+    runs["grpo-s1"]["pieces"] = runs["grpo_paw-s1"]["pieces"] = 2
+    (folder / real_model.STOPPED_PIECES).write_text(json.dumps(
+        {"run": "grpo_paw-s1", "after_update": 2, "cpu_s": 300.0, "stopped_utc": "",
+         "reason": "session end"}) + "\n")
     for key, run in runs.items():
         (folder / f"rl-{key}.json").write_text(json.dumps(run))
     numbers = real_model.cell_numbers(runs["grpo_paw-s0"], start_greedy=0.25)
@@ -90,8 +103,11 @@ def test_the_cell_report_pairs_seeds_and_computes_the_differences(tmp_path, monk
     assert f"final held-out success, greedy: {mean:+.1f} ± {half:.1f} pp" in text
     assert "GRPO + PaW: a training win in 1 of 2 runs, first at update(s) 2, none" in text
     assert "GRPO: a training win in 2 of 2 runs, first at update(s) 4, 1" in text
-    assert "code abcdef0); 1 of them resumed, counted from their last piece only" in text
-    assert text.count(f"| 10{real_model.RESUMED_MARK} |") == 1   # 600 CPU s, the last piece
+    assert ("CPU time of the 4 RL runs with their evaluations: 0.8 h (test CPU; code abcdef0), "
+            "0.1 h of it in pieces that `--stop` ended; 1 of them resumed, counted from their "
+            "last piece only") in text     # 4 × 600 + 300 CPU s (the evaluations have none)
+    assert text.count(f"| 10{real_model.RESUMED_MARK} |") == 1   # GRPO s1: 600 CPU s, marked
+    assert text.count("| 15 |") == 1                               # GRPO + PaW s1: 600 + 300
     assert text.count("| GRPO + PaW |") == 2 and text.count("| GRPO |") == 2
 
 
@@ -151,3 +167,48 @@ def test_a_stored_sft_result_without_its_adapter_is_run_again(tmp_path, monkeypa
     assert json.loads(stored.read_text())["success"] == 0.25
     real_model.run_study("shelf-sparse", ["sft"], [], [])
     assert runs == ["shelf-sparse"]
+
+
+def test_stop_ends_a_running_trainer_at_its_next_checkpoint_and_logs_its_cpu(
+        tiny_model_dir, tmp_path, monkeypatch):
+    """``--stop`` on a real ``paw-gym train`` of the recipe's RL stage (the tiny model on
+    Shelf, a checkpoint every update, its run folder given relative to its working folder): it
+    waits for a checkpoint newer than the one the run had, ends the trainer there, and appends
+    the piece's CPU seconds, which the report's figures then include."""
+    from training.infra.checkpoint import latest_checkpoint
+
+    monkeypatch.setattr(real_model, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(real_model, "RUNS", tmp_path / "runs" / "real-model")
+    relative = "runs/real-model/shelf-sparse/rl/grpo-s0"
+    folder = tmp_path / relative
+    trainer = subprocess.Popen(
+        [sys.executable, "-m", "training.cli", "train", "--model", str(tiny_model_dir),
+         "--env_id", "PaW/Shelf-v0", "--n_groups", "1", "--group_size", "2",
+         "--max_new_tokens", "4", "--max_episode_steps", "2", "--total_steps", "500",
+         "--save_every", "1", "--keep_checkpoints", "2", "--device", "cpu",
+         "--progress", "false", "--output_dir", relative],
+        cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while latest_checkpoint(folder) is None and trainer.poll() is None:
+            assert time.monotonic() < deadline, "no checkpoint in 300 s"
+            time.sleep(0.2)
+        assert trainer.poll() is None, trainer.stderr.read()[-3000:]
+        assert real_model.recipe_trainers("shelf-sparse") == {trainer.pid: folder}
+        had = int(latest_checkpoint(folder).name.split("-")[1])
+
+        records = real_model.stop_runs("shelf-sparse", "a test", poll_s=0.05)
+        assert trainer.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        trainer.kill()
+    [record] = records
+    assert record["run"] == "grpo-s0" and record["reason"] == "a test"
+    assert record["after_update"] > had  # the next checkpoint, not the one it had
+    assert latest_checkpoint(folder).name == f"step-{record['after_update']:06d}"
+    assert record["cpu_s"] > 0
+    logged = tmp_path / "results" / "real_model" / "shelf-sparse" / real_model.STOPPED_PIECES
+    assert [json.loads(line) for line in logged.read_text().splitlines()] == [record]
+    assert real_model.stopped_cpu("shelf-sparse") == {"grpo-s0": record["cpu_s"]}
+    with pytest.raises(SystemExit, match="no RL run of shelf-sparse is running"):
+        real_model.stop_runs("shelf-sparse", "again")
