@@ -16,14 +16,23 @@ Other CPUs are emulated on this one (``tests/emulated_cpus.py``: torch's kernels
   fresh base model; per run the demo's own phase timings, the wall time and the CPU time of the
   process (``getrusage``), and per round portable / native; medians over the rounds.
 
+* ``--physical DIR``: a finished ``PAW_GYM_NUMERICS=portable paw-gym demo`` (its output
+  folder) against every physical CPU's record of the same demo in ``PHYSICAL`` (same config
+  but the output folder), this CPU kind's included: per record, identical or where it first
+  differs; then it is kept as that CPU kind's record, unless the kind has one (a record is
+  never overwritten).
+
     python -m benchmarks.numerics --identity
     python -m benchmarks.numerics --speed --rounds 3
+    PAW_GYM_NUMERICS=portable paw-gym demo --output_dir runs/demo-portable
+    python -m benchmarks.numerics --physical runs/demo-portable
     python -m benchmarks.numerics --report
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import resource
@@ -41,6 +50,10 @@ from tests.emulated_cpus import (SHORT_DEMO, EmulatedCPU, demo_numbers, emulable
                                  environment, first_difference)
 
 OUT = RESULTS / "numerics"
+#: One record per physical CPU kind and demo: a portable demo's numbers, config and machine.
+PHYSICAL = OUT / "physical"
+#: Demo settings that do not change its numbers.
+_NOT_NUMBERS = ("output_dir", "overwrite")
 WORK = REPO / "runs" / "numerics"
 #: Library settings tried, on top of each emulated CPU (``portable``: the numerics mode itself,
 #: through ``PAW_GYM_NUMERICS``; the others set the libraries' variables directly).
@@ -162,6 +175,43 @@ def ratios(native: dict[str, Any], portable: dict[str, Any]) -> dict[str, float]
     return {k: round(b / a, 2) for k, (a, b) in values.items() if a > 0}
 
 
+def physical(folder: Path) -> dict[str, Any]:
+    """Compare the portable demo in ``folder`` with every record of the same demo in
+    :data:`PHYSICAL` (each made on a physical CPU, this kind's included); keep it as its CPU
+    kind's record if there is none. Returns ``{record file: first difference or None}``."""
+    summary_file = Path(folder) / "summary.json"
+    if not summary_file.is_file():
+        raise SystemExit(f"--physical {folder}: no summary.json there; give the output folder "
+                         "of a finished `paw-gym demo`")
+    summary = json.loads(summary_file.read_text(encoding="utf-8"))
+    if summary["machine"]["numerics"] != "portable":
+        raise SystemExit(f"--physical {folder}: that demo ran in {summary['machine']['numerics']}"
+                         " numerics; only portable numerics are the same on every CPU (run it "
+                         "with PAW_GYM_NUMERICS=portable)")
+    config = {k: v for k, v in summary["config"].items() if k not in _NOT_NUMBERS}
+    record = {"config": config, "machine": summary["machine"],
+              "numbers": json.loads(json.dumps(demo_numbers(Path(folder))))}
+    kind = summary["machine"]["cpu_kind"]
+    demo = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:8]
+    path = PHYSICAL / (f"{kind['vendor']}-family{kind['family']}-model{kind['model']}-"
+                       f"stepping{kind['stepping']}-demo-{demo}.json")
+    compared = {}
+    for path in sorted(PHYSICAL.glob("*.json")):
+        other = json.loads(path.read_text(encoding="utf-8"))
+        if other["config"] == config:  # this kind's too: a rerun must match it as well
+            compared[path.name] = first_difference(other["numbers"], record["numbers"])
+    for file, difference in compared.items():
+        print(f"{file}: {'identical' if difference is None else 'first differs at ' + difference}")
+    if not compared:
+        print("no record of this demo to compare with")
+    if path.is_file():
+        print(f"this CPU kind's record of this demo is {path}; kept as it is")
+    else:
+        write_json(path, record)
+        print(f"kept as {path}")
+    return compared
+
+
 def report() -> None:
     path = OUT / "identity.json"
     if path.is_file():
@@ -195,7 +245,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--speed", action="store_true")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--report", action="store_true")
+    parser.add_argument("--physical", type=Path, metavar="DEMO_DIR",
+                        help="a finished portable demo's output folder, compared with the "
+                             "records of other physical CPUs")
     args = parser.parse_args(argv)
+    if args.physical is not None:
+        physical(args.physical)
+        return
     if args.identity:
         write_json(OUT / "identity.json", identity(args.candidates))
     if args.speed:
