@@ -572,10 +572,12 @@ def report_cell(name: str) -> str:
     lines += ["", "| seed | variant | GRPO's train wins, updates 1–3 (%) | first train win "
               "(update) | train success, all updates (%) | groups with a win (%) | groups "
               "with a non-zero advantage (%) | held-out at T = 1.0: 0 → 10 → 20 (%) | greedy: "
-              "0 → 10 → 20 (%) | held-out invalid at T = 1.0, 0 → 20 (%) | WM token acc. "
-              "0 → 20 (%) | WM exact 0 → 20 (%) | mean λ_g | WM coverage | wm_leak | CPU min |",
-              "|---:|---|---:|---:|---:|---:|---:|---|---|---|---|---|---:|---:|---:|---:|"]
+              "0 → 10 → 20 (%) | held-out invalid at T = 1.0, 0 → 20 (%) | greedy invalid "
+              "0 → 20 (%) | WM token acc. 0 → 20 (%) | WM exact 0 → 20 (%) | mean λ_g | "
+              "WM coverage | wm_leak | CPU min |",
+              "|---:|---|---:|---:|---:|---:|---:|---|---|---|---|---|---|---:|---:|---:|---:|"]
     start_greedy = results.get("sft", {}).get("success")
+    start_greedy_invalid = results.get("sft", {}).get("invalid")
     stopped = stopped_cpu(name)
     # A resumed run's result file has the CPU time of its last piece only; --stop logs the
     # pieces it ends. A resumed run none of whose stopped pieces were logged is marked.
@@ -595,6 +597,7 @@ def report_cell(name: str) -> str:
             + " → ".join(f"{100 * v:.1f}" for v in c["val"]) + " | "
             + " → ".join("–" if v is None else f"{100 * v:.1f}" for v in c["greedy"]) + " | "
             f"{100 * c['val_invalid'][0]:.0f} → {100 * c['val_invalid'][-1]:.0f} | "
+            + " → ".join(_pct(v) for v in (start_greedy_invalid, c["greedy_invalid"])) + " | "
             + " → ".join(_pct(v) for v in (c["wm_token"][0], c["wm_token"][-1])) + " | "
             + " → ".join(_pct(v) for v in (c["wm_exact"][0], c["wm_exact"][-1]))
             + f" | {paw} | {(r['cpu_s'] + stopped.get(key, 0.0)) / 60:.0f}"
@@ -612,6 +615,8 @@ def report_cell(name: str) -> str:
         rows = [("final held-out success at T = 1.0", lambda c: 100 * c["val"][-1]),
                 ("final held-out success, greedy", lambda c: 100 * (c["greedy"][-1] or 0)),
                 ("held-out invalid actions at T = 1.0, final", lambda c: 100 * c["val_invalid"][-1]),
+                ("held-out invalid actions, greedy, final",
+                 lambda c: 100 * (c["greedy_invalid"] or 0)),
                 ("training success, all updates", lambda c: 100 * c["train_success"]),
                 ("groups with a win, all updates", lambda c: 100 * c["win_groups"]),
                 ("WM token accuracy, final", lambda c: 100 * (c["wm_token"][-1] or 0))]
@@ -653,7 +658,8 @@ def cell_numbers(run: dict[str, Any], start_greedy: float | None = None) -> dict
     from 1), training success over its first 3 updates and over all, the shares of groups with
     a win and with any non-zero advantage, the PaW term's mean λ_g, coverage and leak, and per
     validation (0, 10, 20) held-out success, invalid share and WM readings; greedy held-out
-    success at 0 (the start's, shared by every run) and at each checkpoint."""
+    success at 0 (the start's, shared by every run) and at each checkpoint, and the last
+    checkpoint's greedy invalid share."""
     curves = run["curves"]
     success = [c["success"] for c in curves]
     first_win = next((i + 1 for i, value in enumerate(success) if value > 0), None)
@@ -674,6 +680,7 @@ def cell_numbers(run: dict[str, Any], start_greedy: float | None = None) -> dict
         "wm_token": [v.get("val_wm_token") for v in vals],
         "wm_exact": [v.get("val_wm_exact") for v in vals],
         "greedy": [start_greedy] + [evals[k]["success"] for k in sorted(evals)],
+        "greedy_invalid": evals[max(evals)].get("invalid") if evals else None,
     }
 
 

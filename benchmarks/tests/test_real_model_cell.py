@@ -61,7 +61,8 @@ def _run(seed, paw, success, final_val, greedy_final):
             "validations": [{"step": step, "val_success": v, "val_invalid_frac": 0.5,
                              "val_wm_token": 0.4, "val_wm_exact": 0.1}
                             for step, v in ((0, 0.05), (10, 0.1), (20, final_val))],
-            "checkpoint_evals": {"10": {"success": 0.2}, "20": {"success": greedy_final}},
+            "checkpoint_evals": {"10": {"success": 0.2, "invalid": 0.3},
+                                 "20": {"success": greedy_final, "invalid": 0.125}},
             "val": {}, "val_invalid": {}, "train_success": success,
             "machine": {"cpu": "test CPU"}, "code": {"commit": "abcdef0123"}}
 
@@ -92,6 +93,7 @@ def test_the_cell_report_pairs_seeds_and_computes_the_differences(tmp_path, monk
     assert numbers["train_success"] == pytest.approx(0.5625 / 4)
     assert numbers["signal_groups"] == 0.75 and numbers["coverage"] == 0.125
     assert numbers["greedy"] == [0.25, 0.2, 0.4] and numbers["val"] == [0.05, 0.1, 0.2]
+    assert numbers["greedy_invalid"] == 0.125                   # the last checkpoint's
     assert real_model.cell_numbers(runs["grpo_paw-s1"])["first_win"] is None
 
     text = real_model.report_cell("shelf-sparse")
@@ -109,6 +111,7 @@ def test_the_cell_report_pairs_seeds_and_computes_the_differences(tmp_path, monk
     assert text.count(f"| 10{real_model.RESUMED_MARK} |") == 1   # GRPO s1: 600 CPU s, marked
     assert text.count("| 15 |") == 1                               # GRPO + PaW s1: 600 + 300
     assert text.count("| GRPO + PaW |") == 2 and text.count("| GRPO |") == 2
+    assert text.count("| 50.0 → 12.5 |") == 4   # greedy invalid: the start's, the last one's
 
 
 def test_the_cell_figure_draws_every_seed(tmp_path, monkeypatch):
