@@ -196,10 +196,10 @@ def physical(folder: Path) -> dict[str, Any]:
     path = PHYSICAL / (f"{kind['vendor']}-family{kind['family']}-model{kind['model']}-"
                        f"stepping{kind['stepping']}-demo-{demo}.json")
     compared = {}
-    for path in sorted(PHYSICAL.glob("*.json")):
-        other = json.loads(path.read_text(encoding="utf-8"))
+    for stored in sorted(PHYSICAL.glob("*.json")):
+        other = json.loads(stored.read_text(encoding="utf-8"))
         if other["config"] == config:  # this kind's too: a rerun must match it as well
-            compared[path.name] = first_difference(other["numbers"], record["numbers"])
+            compared[stored.name] = first_difference(other["numbers"], record["numbers"])
     for file, difference in compared.items():
         print(f"{file}: {'identical' if difference is None else 'first differs at ' + difference}")
     if not compared:

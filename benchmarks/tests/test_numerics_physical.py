@@ -51,6 +51,10 @@ def test_a_portable_demo_is_kept_then_matched_and_a_changed_number_is_named(tmp_
              "numbers": {**record["numbers"], "base_model": "0" * 64}}
     (tmp_path / "physical" / "other-cpu.json").write_text(json.dumps(other))
     assert numerics.physical(out) == {kept.name: None, "other-cpu.json": "base_model"}
+    assert json.loads(kept.read_text()) == record
+    kept.unlink()  # another kind's record only: this run is still kept as its own kind's
+    assert numerics.physical(out) == {"other-cpu.json": "base_model"}
+    assert json.loads(kept.read_text()) == record
 
     native = tmp_path / "native"
     shutil.copytree(out, native, ignore=shutil.ignore_patterns("*.safetensors", "base-model"))
