@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import resource
-import signal
 import subprocess
 import sys
 import time
@@ -316,51 +315,32 @@ def result_path(name: str, stage: str) -> Path:
 STOPPED_PIECES = "stopped-pieces.jsonl"
 
 
-def _processes() -> dict[int, list[str]]:
-    """Every process this user can read: its command line's arguments."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                raw = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            found[int(entry.name)] = raw.decode(errors="replace").split("\0")
-    return found
-
-
 def _argument(command: list[str], flag: str) -> str | None:
     return command[command.index(flag) + 1] if flag in command[:-1] else None
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` and of its children it has waited for
-    (``/proc/PID/stat``'s utime, stime, cutime, cstime)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-
-
-def _parent(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+def _cpu_seconds(process) -> float:
+    """User + system CPU seconds of a ``psutil.Process`` and of its children it has waited
+    for."""
+    times = process.cpu_times()
+    return times.user + times.system + times.children_user + times.children_system
 
 
 def recipe_trainers(name: str) -> dict[int, Path]:
     """The running ``paw-gym train`` processes of ``name``'s RL stage in this clone: their
     ``--output_dir`` (read against the process's working folder) is a run folder under
     ``RUNS/<name>/rl/`` (another clone's runs, e.g. a study's worktree, are not touched)."""
+    import psutil
+
+    runs = (RUNS / name / "rl").resolve()
     trainers = {}
-    for pid, command in _processes().items():
-        if "training.cli" not in command or "train" not in command:
+    for process in psutil.process_iter(["cmdline", "cwd"]):
+        command, cwd = process.info["cmdline"] or [], process.info["cwd"]
+        if "training.cli" not in command or "train" not in command or cwd is None:
             continue
         folder = _argument(command, "--output_dir")
-        if folder is None:
-            continue
-        try:
-            path = Path(os.readlink(f"/proc/{pid}/cwd")) / folder
-        except OSError:
-            continue
-        if path.resolve().parent == (RUNS / name / "rl").resolve():
-            trainers[pid] = path
+        if folder is not None and (Path(cwd) / folder).resolve().parent == runs:
+            trainers[process.pid] = Path(cwd) / folder
     return trainers
 
 
@@ -372,12 +352,15 @@ def stop_runs(name: str, reason: str, poll_s: float = 5.0) -> list[dict[str, Any
     per run goes to :data:`STOPPED_PIECES` beside the recipe's results; ``--report`` adds those
     CPU seconds to the run's, whose result file holds only the piece that finished. The
     updates a trainer makes after the checkpoint it stops at are made again on resume."""
+    import psutil
+
     from training.infra.checkpoint import latest_checkpoint, latest_intact_checkpoint
 
     trainers = recipe_trainers(name)
     if not trainers:
         raise SystemExit(f"no RL run of {name} is running (no `paw-gym train` process whose "
                          f"--output_dir is in {RUNS / name / 'rl'})")
+    processes = {pid: psutil.Process(pid) for pid in trainers}
     had = {pid: latest_checkpoint(folder) for pid, folder in trainers.items()}
     print(f"waiting for the next checkpoint of {', '.join(f.name for f in trainers.values())}",
           flush=True)
@@ -386,23 +369,23 @@ def stop_runs(name: str, reason: str, poll_s: float = 5.0) -> list[dict[str, Any
         for pid, folder in trainers.items():
             if pid in stopped:
                 continue
-            if not Path(f"/proc/{pid}").exists():  # it finished (or failed) meanwhile
+            if not processes[pid].is_running():  # it finished (or failed) meanwhile
                 stopped[pid] = (latest_intact_checkpoint(folder), None)
                 continue
             newest = latest_checkpoint(folder)
             if newest is not None and newest != had[pid]:
                 intact = latest_intact_checkpoint(folder)
                 if intact == newest:
-                    os.kill(pid, signal.SIGSTOP)
-                    stopped[pid] = (intact, _cpu_seconds(pid))
+                    processes[pid].suspend()
+                    stopped[pid] = (intact, _cpu_seconds(processes[pid]))
         time.sleep(poll_s)
     for pid in stopped:
-        driver = _parent(pid) if Path(f"/proc/{pid}").exists() else None
-        if driver and "benchmarks.real_model" in _processes().get(driver, []):
-            os.kill(driver, signal.SIGKILL)
         try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
+            driver = processes[pid].parent()
+            if driver is not None and "benchmarks.real_model" in driver.cmdline():
+                driver.kill()
+            processes[pid].kill()
+        except psutil.NoSuchProcess:
             pass
     records = [{"run": trainers[pid].name, "after_update": int(checkpoint.name.split("-")[1])
                 if checkpoint else None, "cpu_s": cpu,
