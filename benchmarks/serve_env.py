@@ -5,10 +5,10 @@ and the server's memory per session.
   WebShop's search page; resets included) stepped in process (``gym.make(env)``) and through
   ``gym.make("PaW/Remote-v0", url=...)`` against ``paw-gym serve-env`` running in its own
   process, in alternating rounds (a change of load hits both sides alike); medians of wall
-  seconds per step, and CPU seconds per step (remote: client and server together, from
-  ``/proc``); and the transport alone, ``state()`` round trips (no env work), timed the same
+  seconds per step, and CPU seconds per step (remote: client and server together, the
+  server's read through psutil); and the transport alone, ``state()`` round trips (no env work), timed the same
   way;
-* **memory**: the server process's resident memory (VmRSS) with 0, 1, 10 and 50 open sessions,
+* **memory**: the server process's resident memory (RSS) with 0, 1, 10 and 50 open sessions,
   each reset once; per session = (RSS at 50 - RSS at 1) / 49.
 
     python -m benchmarks.serve_env            # ~3 min on 2 busy cores
@@ -26,6 +26,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import psutil
 
 from benchmarks import common as C
 
@@ -52,12 +54,11 @@ class ServedEnv:
         raise RuntimeError(f"serve-env did not start: {''.join(lines)}")
 
     def rss_mb(self) -> float:
-        status = Path(f"/proc/{self.process.pid}/status").read_text()
-        return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) / 1024
+        return psutil.Process(self.process.pid).memory_info().rss / 2**20
 
     def cpu_s(self) -> float:
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+        times = psutil.Process(self.process.pid).cpu_times()
+        return times.user + times.system
 
     def close(self) -> None:
         self.process.terminate()  # SIGTERM: a benchmark run in the background ignores SIGINT
