@@ -113,7 +113,7 @@ def environment(cpu: EmulatedCPU, mode: str, scratch: Path) -> dict[str, str]:
     from training.infra.numerics import MODES, SETTINGS, VARIABLE
 
     env = {k: v for k, v in os.environ.items()
-           if k not in (*SETTINGS, "GLIBC_TUNABLES", "LD_PRELOAD", VARIABLE)}
+           if k not in (*SETTINGS, "LD_PRELOAD", VARIABLE)}
     env[VARIABLE] = mode
     # A mode that names torch's kernels or caps oneDNN's replaces the CPU's choice, here as on
     # a real CPU (the mode's cap, SSE4.1, is below every emulated CPU's).

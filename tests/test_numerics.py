@@ -241,6 +241,21 @@ def test_the_base_cache_key_holds_the_numerics_mode(tmp_path, clean_environment)
     assert base_recipe(config, demos)["numerics"] == {"mode": "portable"}
 
 
+def test_a_native_record_names_the_glibc_maths_variant_an_emulation_chose(clean_environment):
+    """An emulated AVX2 run on an AVX-512 CPU hides AVX-512 from glibc's maths functions
+    (``tests/emulated_cpus.py``); its results and cache keys must say so."""
+    hidden = "glibc.cpu.hwcaps=-AVX512F,-AVX512VL"
+    clean_environment.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    clean_environment.setenv("GLIBC_TUNABLES", hidden)
+    record = numerics.machine()
+    assert record["numerics_settings"] == {"ONEDNN_MAX_CPU_ISA": "AVX2",
+                                           "GLIBC_TUNABLES": hidden}
+    assert f"GLIBC_TUNABLES={hidden}" in numerics.kernels_phrase(record)
+    assert numerics.numerics_key(record)["settings"]["GLIBC_TUNABLES"] == hidden
+    clean_environment.delenv("GLIBC_TUNABLES")
+    assert numerics.numerics_key() != numerics.numerics_key(record)
+
+
 @pytest.mark.heavy
 def test_portable_hashes_every_op_of_a_training_step_as_an_intel_xeon_did():
     intel = json.loads(INTEL_XEON.read_text(encoding="utf-8"))

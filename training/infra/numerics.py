@@ -63,9 +63,10 @@ MODES: dict[str, dict[str, str]] = {
                  "MKL_VML_DEBUG_CPU_TYPE": "1", "ONEDNN_MAX_CPU_ISA": "SSE41"},
 }
 #: The libraries' settings that choose their kernels, so the bits of a float result (recorded
-#: when set).
+#: when set). ``GLIBC_TUNABLES`` is among them because its ``glibc.cpu.hwcaps`` picks the
+#: variant of glibc's maths functions (``exp``, ``log``: what torch's kernels call) that runs.
 SETTINGS = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS",
-            "MKL_VML_DEBUG_CPU_TYPE", "ONEDNN_MAX_CPU_ISA")
+            "MKL_VML_DEBUG_CPU_TYPE", "ONEDNN_MAX_CPU_ISA", "GLIBC_TUNABLES")
 #: The lock file whose hash names the library versions (absent from an installed wheel).
 LOCK = Path(__file__).resolve().parents[2] / "constraints.txt"
 
