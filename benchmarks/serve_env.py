@@ -6,8 +6,8 @@ and the server's memory per session.
   ``gym.make("PaW/Remote-v0", url=...)`` against ``paw-gym serve-env`` running in its own
   process, in alternating rounds (a change of load hits both sides alike); medians of wall
   seconds per step, and CPU seconds per step (remote: client and server together, the
-  server's read through psutil); and the transport alone, ``state()`` round trips (no env work), timed the same
-  way;
+  server's read through psutil); and the transport alone, ``state()`` round trips (no env
+  work), timed the same way;
 * **memory**: the server process's resident memory (RSS) with 0, 1, 10 and 50 open sessions,
   each reset once; per session = (RSS at 50 - RSS at 1) / 49.
 
@@ -43,8 +43,9 @@ class ServedEnv:
     def __init__(self, env_id: str, max_sessions: int = 64):
         command = [sys.executable, "-m", "training.cli", "serve-env", "--env", env_id,
                    "--port", "0", "--max_sessions", str(max_sessions)]
-        self.process = subprocess.Popen(command, cwd=C.REPO, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True)
+        # psutil's Popen: subprocess's, which also reads the process's memory and CPU time
+        self.process = psutil.Popen(command, cwd=C.REPO, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True)
         lines = []
         for line in self.process.stdout:  # other lines (a library's warning) may come first
             lines.append(line)
@@ -54,10 +55,10 @@ class ServedEnv:
         raise RuntimeError(f"serve-env did not start: {''.join(lines)}")
 
     def rss_mb(self) -> float:
-        return psutil.Process(self.process.pid).memory_info().rss / 2**20
+        return self.process.memory_info().rss / 2**20
 
     def cpu_s(self) -> float:
-        times = psutil.Process(self.process.pid).cpu_times()
+        times = self.process.cpu_times()
         return times.user + times.system
 
     def close(self) -> None:
