@@ -10,13 +10,17 @@ again, so the study resumes where it stopped and runs in pieces.
     python -m benchmarks.real_model shelf --stages rl --seeds 0 1 2    # paired RL runs
     python -m benchmarks.real_model shelf --report                     # the tables
     python -m benchmarks.real_model shelf --stop "session end"         # stop at a checkpoint
+    python -m benchmarks.real_model shelf-sparse --term-gradients 6:3  # the gradient's split
 
 Stages per recipe (:data:`RECIPES`): ``zero-shot`` (``eval`` of the model as it comes),
 ``sft`` (record expert episodes, ``sft`` with the recipe's config, ``eval`` of the adapter),
 ``rl`` (``train`` with the recipe's config from the SFT adapter, ``--paw true`` and ``--paw
 false`` for each seed: same seed, same tasks; the trainer validates on every held-out task).
-Runs go to ``runs/real-model/<recipe>/``, results to ``benchmarks/results/real_model/<recipe>/``
-(one JSON file per stage and per RL run, each naming the machine).
+``--term-gradients SEED:UPDATE`` remakes an update of a finished GRPO + PaW run from its
+checkpoint with ``term_gradient_metric`` (:func:`term_gradients`). Runs go to
+``runs/real-model/<recipe>/`` (``--runs``: another clone's, for a study run from a worktree),
+results to ``benchmarks/results/real_model/<recipe>/`` (one JSON file per stage and per RL run,
+each naming the machine).
 """
 
 from __future__ import annotations
@@ -297,6 +301,43 @@ def win_groups(replay: Path) -> dict[int, float]:
     return {update: sum(won.values()) / len(won) for update, won in sorted(groups.items())}
 
 
+#: The per-update metrics a term-gradient measurement keeps: what identifies the update
+#: (compared with the run's own record of it) and the split itself.
+TERM_KEYS = ("success", "invalid_frac", "zero_advantage_groups", "lambda_mean", "wm_selected",
+             "wm_loss", "grad_norm", "grad_norm_rl", "grad_norm_wm", "grad_cos_rl_wm")
+
+
+def term_gradients(name: str, seed: int, update: int) -> dict[str, Any]:
+    """Where the gradient of the recipe's GRPO + PaW run of ``seed`` comes from at ``update``:
+    that update made again from the run's checkpoint before it (``--resume``: the same rollout
+    and gradient, which the result shows beside the run's own record of the update) with
+    ``term_gradient_metric``, the norms of the policy term's and the world-model term's parts
+    of the gradient and their cosine (``PolicyUpdate.term_gradients``). Nothing is saved but
+    the metrics: no checkpoint, no validation."""
+    run = RUNS / name / "rl" / f"grpo_paw-s{seed}"
+    checkpoint = run / "checkpoints" / f"step-{update - 1:06d}"
+    result = result_path(name, f"rl-grpo_paw-s{seed}")
+    if not checkpoint.is_dir() or not result.is_file():
+        saved = sorted(int(c.name.split("-")[1]) + 1 for c in run.glob("checkpoints/step-*"))
+        saved = saved[:-1]  # the last checkpoint is the run's end
+        raise SystemExit(f"--term-gradients {seed}:{update} needs the finished run {run.name} "
+                         f"and its checkpoint {checkpoint.name}; the updates its checkpoints "
+                         f"allow: {saved or 'none (no checkpoint under ' + str(run) + ')'}")
+    out = RUNS / name / "term-gradients" / f"grpo_paw-s{seed}-u{update}"
+    cost = run_command(["train", "--config", str(run / "config.yaml"), "--resume",
+                        str(checkpoint), "--output_dir", str(out), "--total_steps", str(update),
+                        "--val_every", "0", "--val_before_train", "false", "--save_every", "0",
+                        "--term_gradient_metric", "true", "--progress", "false"],
+                       out.with_suffix(".log"))
+    [measured] = [m for m in (json.loads(line) for line in (out / "metrics.jsonl").read_text(
+        encoding="utf-8").splitlines() if line) if m.get("step") == update]
+    [recorded] = [c for c in json.loads(result.read_text(encoding="utf-8"))["curves"]
+                  if c["step"] == update]
+    return {"seed": seed, "update": update, **cost,
+            "measured": {k: measured.get(k) for k in TERM_KEYS},
+            "run_record": {k: recorded.get(k) for k in TERM_KEYS if k in recorded}}
+
+
 def _won(episode: list[dict[str, Any]]) -> bool:
     return any(record["won"] for record in episode)
 
@@ -420,6 +461,8 @@ def load_results(name: str) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
         if path.stem.startswith("rl-"):
             results["rl"][path.stem[3:]] = data
+        elif path.stem.startswith("term-gradients-"):
+            results.setdefault("term_gradients", {})[path.stem] = data
         else:
             results[path.stem.replace("-", "_")] = data
     return results
@@ -609,6 +652,16 @@ def report_cell(name: str) -> str:
             mean, half = mean_ci(diffs)
             lines.append(f"- GRPO + PaW − GRPO, {label}: {mean:+.1f} ± {half:.1f} pp (paired, "
                          f"{len(seeds)} seeds, 95 % CI)")
+        firsts = {variant: [cell_numbers(runs[f"{variant}-s{s}"])["first_win"] for s in seeds]
+                  for variant in ("grpo", "grpo_paw")}
+        both = [(g, p) for g, p in zip(firsts["grpo"], firsts["grpo_paw"])
+                if g is not None and p is not None]
+        if len(both) >= 2:
+            mean, half = mean_ci([p - g for g, p in both])
+            lines.append(f"- GRPO + PaW − GRPO, update of the first training win: {mean:+.1f} ± "
+                         f"{half:.1f} updates (paired, {len(both)} seeds where both won, "
+                         f"95 % CI); PaW's came earlier in {sum(p < g for g, p in both)}, "
+                         f"at the same update in {sum(p == g for g, p in both)}")
         for variant, label in (("grpo", "GRPO"), ("grpo_paw", "GRPO + PaW")):
             firsts = [cell_numbers(runs[f"{variant}-s{s}"])["first_win"] for s in seeds]
             lines.append(f"- {label}: a training win in {sum(f is not None for f in firsts)} of "
@@ -625,7 +678,32 @@ def report_cell(name: str) -> str:
                     "pieces that `--stop` ended" if stopped else "")
                  + (f"; {len(unlogged)} of them resumed, counted from their last piece only"
                     if unlogged else ""))
+    lines += report_term_gradients(name)
     return "\n".join(lines)
+
+
+def report_term_gradients(name: str) -> list[str]:
+    """The table of ``--term-gradients`` measurements (none: no lines)."""
+    measured = load_results(name).get("term_gradients", {})
+    if not measured:
+        return []
+    lines: list[str] = []
+    lines += ["", "Term gradients of GRPO + PaW updates (`--term-gradients`; the update made "
+              "again from the run's checkpoint; ‖g‖ as the run logged it, then as remade):",
+              "", "| seed | update | training success (%) | invalid (%) | mean λ_g | ‖g‖ run "
+              "→ remade | ‖g_rl‖ | ‖g_wm‖ | ‖g_wm‖ / ‖g_rl‖ | cos(g_rl, g_wm) | CPU min |",
+              "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
+    for key in sorted(measured, key=lambda k: (measured[k]["seed"], measured[k]["update"])):
+        r, m = measured[key], measured[key]["measured"]
+        lines.append(
+            f"| {r['seed']} | {r['update']} | {100 * m['success']:.1f} | "
+            f"{100 * m['invalid_frac']:.0f} | {m['lambda_mean']:.2f} | "
+            f"{r['run_record'].get('grad_norm', float('nan')):.4f} → {m['grad_norm']:.4f} | "
+            f"{m['grad_norm_rl']:.4f} | {m['grad_norm_wm']:.4f} | "
+            + (f"{m['grad_norm_wm'] / m['grad_norm_rl']:.2f}" if m["grad_norm_rl"] else "–")
+            + f" | {m['grad_cos_rl_wm']:+.2f} | "
+            f"{r['cpu_s'] / 60:.0f} |")
+    return lines
 
 
 #: Marks a resumed run whose stopped pieces were not logged: its CPU time is its last piece's.
@@ -704,6 +782,22 @@ def plot_cell(name: str, path: Path) -> Path:
     return path
 
 
+def set_runs(folder: Path) -> None:
+    """Read and write the recipes' runs under ``folder`` (``--runs``)."""
+    global RUNS
+    RUNS = folder.resolve()
+
+
+def _seed_update(value: str) -> tuple[int, int]:
+    """``--term-gradients``' ``SEED:UPDATE`` (an update from 2: the first has no checkpoint
+    before it)."""
+    seed, _, update = value.partition(":")
+    if not (seed.isdigit() and update.isdigit() and int(update) >= 2):
+        raise SystemExit(f"--term-gradients {value!r}: expected SEED:UPDATE, two integers, "
+                         "the update from 2 (e.g. 6:3)")
+    return int(seed), int(update)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("recipe", choices=sorted(RECIPES))
@@ -716,11 +810,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stop", metavar="REASON",
                         help="stop the recipe's running RL runs at their next checkpoint, "
                              "logging each piece's CPU time, and exit")
+    parser.add_argument("--term-gradients", nargs="+", metavar="SEED:UPDATE", default=[],
+                        help="remake these updates of finished GRPO + PaW runs from their "
+                             "checkpoints, measuring how the gradient splits between the policy "
+                             "and world-model terms, and exit after the report")
+    parser.add_argument("--runs", type=Path, default=RUNS,
+                        help="where the recipe's runs are (default: runs/real-model of this "
+                             "clone; another clone's for a study run from a worktree)")
     args = parser.parse_args(argv)
+    set_runs(args.runs)
+    measurements = [_seed_update(value) for value in args.term_gradients]
     if args.stop is not None:
         stop_runs(args.recipe, args.stop)
         return 0
-    if not args.report:
+    for seed, update in measurements:
+        run_stage(args.recipe, f"term-gradients-s{seed}-u{update}",
+                  lambda: term_gradients(args.recipe, seed, update))
+    if not args.report and not measurements:
         run_study(args.recipe, args.stages, args.seeds,
                   [variant == "grpo_paw" for variant in args.variants])
     if RECIPES[args.recipe].checkpoint_evals:

@@ -4,6 +4,7 @@ processes on CPU, compared with 1 process."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import subprocess
@@ -309,6 +310,32 @@ def test_validation_is_shared_by_the_ranks_and_scores_as_one_process(tiny_model_
     assert episodes[2] == episodes[1]
     assert validation[1]["val_episodes"] == 5
     assert validation[2] == pytest.approx(validation[1], rel=1e-9)
+
+
+@pytest.mark.heavy
+def test_two_processes_split_the_gradient_between_the_terms_as_one(tiny_model_dir, tmp_path):
+    """``term_gradient_metric`` under DDP: the split is read from the all-reduced gradient, the
+    same on every rank, and not summed over ranks: with 2 processes as with 1, the logged parts
+    add up to the logged grad_norm, ‖g‖² = ‖g_rl‖² + ‖g_wm‖² + 2 cos ‖g_rl‖ ‖g_wm‖ (a sum over
+    2 ranks would double each part)."""
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(dict(
+        model=str(tiny_model_dir), env_id="PaW/Shelf-v0", n_groups=2, group_size=2,
+        max_new_tokens=10, max_episode_steps=2, total_steps=2, lr=1e-2, mini_batch_size=0,
+        token_budget=1024, device="cpu", dtype="float64", progress=False, algo="grpo",
+        lora=False, entropy_coef=0.01, term_gradient_metric=True, save_every=0)))
+    for processes in (1, 2):
+        done = _launch([*_torchrun(processes), "-m", "training.cli", "train", "--config",
+                        str(config), "--output_dir", str(tmp_path / f"run{processes}")], tmp_path)
+        assert done.returncode == 0, done.stderr[-4000:]
+        records = [json.loads(line) for line in
+                   (tmp_path / f"run{processes}" / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in records] == [1, 2]
+        for r in records:
+            rl, wm, cos = r["grad_norm_rl"], r["grad_norm_wm"], r["grad_cos_rl_wm"]
+            assert rl > 0 and wm > 0 and -1 <= cos <= 1
+            assert math.sqrt(rl ** 2 + wm ** 2 + 2 * cos * rl * wm) == pytest.approx(
+                r["grad_norm"], rel=1e-9)
 
 
 @pytest.mark.heavy

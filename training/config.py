@@ -209,6 +209,12 @@ class TrainConfig(PaWSettings, ModelConfig):
     gradient on noisy next-observation tokens (ASIN codes, brand-like capitals) under CE, MAE
     and CMAE (``wm_noise_share_*``; ``training.rl.diagnostics``). Costs one no-grad pass over the
     WM rows."""
+    term_gradient_metric: bool = field(default=False, metadata=_WITH_PAW)
+    """Log how each optimizer step's gradient (before clipping) splits between the policy
+    term and the world-model term: ``grad_norm_rl``, ``grad_norm_wm`` and ``grad_cos_rl_wm``
+    (``PolicyUpdate.term_gradients``: the WM term's gradient from a second backward pass, the
+    policy term's the rest). Costs one more forward and backward pass per step; the step
+    itself is unchanged."""
     lr: float = bounded(1e-6, 0, 1, what="a learning rate")
     """Actor learning rate."""
     critic_lr: float = bounded(1e-5, 0, 1, what="a learning rate", **_WITH_PPO)
@@ -306,7 +312,9 @@ class TrainConfig(PaWSettings, ModelConfig):
                     ("noise_gradient_metric",
                      self.noise_gradient_metric and self.rollout_backend == "vllm",
                      "with vLLM rollouts there is no unsharded copy of the weights to score "
-                     "with")):
+                     "with"),
+                    ("term_gradient_metric", self.term_gradient_metric,
+                     "its gradients are sharded; measure the split with sharding: ddp")):
                 if wrong:
                     raise ValueError(f"sharding='fsdp' does not take {name}={getattr(self, name)!r}"
                                      f" ({why})")

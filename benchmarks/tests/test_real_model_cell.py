@@ -112,6 +112,28 @@ def test_the_cell_report_pairs_seeds_and_computes_the_differences(tmp_path, monk
     assert text.count("| 15 |") == 1                               # GRPO + PaW s1: 600 + 300
     assert text.count("| GRPO + PaW |") == 2 and text.count("| GRPO |") == 2
     assert text.count("| 50.0 → 12.5 |") == 4   # greedy invalid: the start's, the last one's
+    assert "update of the first training win" not in text  # both won in one pair only
+
+
+def test_the_first_win_update_is_compared_over_the_pairs_where_both_won(tmp_path, monkeypatch):
+    from benchmarks.study_small import mean_ci
+
+    monkeypatch.setattr(real_model, "RESULTS", tmp_path)
+    folder = tmp_path / "real_model" / "shelf-sparse"
+    folder.mkdir(parents=True)
+    firsts = {0: (2, 4), 1: (3, 3), 2: (1, None), 3: (5, 2)}  # GRPO's, PaW's first win
+    for seed, pair in firsts.items():
+        for paw, first in zip((False, True), pair):
+            success = [0.0] * 6
+            if first is not None:
+                success[first - 1] = 0.25
+            (folder / f"rl-{'grpo_paw' if paw else 'grpo'}-s{seed}.json").write_text(
+                json.dumps(_run(seed, paw, success, 0.1, 0.1)))
+    text = real_model.report_cell("shelf-sparse")
+    mean, half = mean_ci([2.0, 0.0, -3.0])  # seeds 0, 1 and 3; seed 2's PaW run never won
+    assert (f"GRPO + PaW − GRPO, update of the first training win: {mean:+.1f} ± {half:.1f} "
+            "updates (paired, 3 seeds where both won, 95 % CI); PaW's came earlier in 1, at "
+            "the same update in 1") in text
 
 
 def test_the_cell_figure_draws_every_seed(tmp_path, monkeypatch):
@@ -215,3 +237,48 @@ def test_stop_ends_a_running_trainer_at_its_next_checkpoint_and_logs_its_cpu(
     assert real_model.stopped_cpu("shelf-sparse") == {"grpo-s0": record["cpu_s"]}
     with pytest.raises(SystemExit, match="no RL run of shelf-sparse is running"):
         real_model.stop_runs("shelf-sparse", "again")
+
+
+def test_term_gradients_remake_a_finished_runs_update_from_its_checkpoint(
+        tiny_model_dir, tmp_path, monkeypatch):
+    """``--term-gradients SEED:UPDATE`` on a real tiny-model GRPO + PaW run of the recipe's
+    layout: the update is made again from the checkpoint before it (the same gradient norm as
+    the run logged), its gradient split into the two terms, and the report's table shows it."""
+    monkeypatch.setattr(real_model, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(real_model, "RUNS", real_model.RUNS)  # --runs sets it: restored after
+    runs = tmp_path / "runs" / "real-model"
+    folder = runs / "shelf-sparse" / "rl" / "grpo_paw-s0"
+    trained = subprocess.run(
+        [sys.executable, "-m", "training.cli", "train", "--model", str(tiny_model_dir),
+         "--env_id", "PaW/Shelf-v0", "--n_groups", "2", "--group_size", "2",
+         "--max_new_tokens", "6", "--max_episode_steps", "2", "--total_steps", "3",
+         "--save_every", "1", "--keep_checkpoints", "5", "--device", "cpu", "--paw", "true",
+         "--seed", "0",
+         "--progress", "false", "--output_dir", str(folder)],
+        cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    logged = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    result = tmp_path / "results" / "real_model" / "shelf-sparse" / "rl-grpo_paw-s0.json"
+    result.parent.mkdir(parents=True)
+    result.write_text(json.dumps({**_run(0, True, [0, 0, 0], 0.1, 0.1),
+                                  "curves": [{k: m.get(k) for k in real_model.CURVE_KEYS}
+                                             for m in logged if "grad_norm" in m]}))
+    with pytest.raises(SystemExit, match=r"checkpoint step-000005; the updates its checkpoints "
+                                         r"allow: \[2, 3\]"):
+        real_model.main(["shelf-sparse", "--runs", str(runs), "--term-gradients", "0:6"])
+    with pytest.raises(SystemExit, match="expected SEED:UPDATE"):
+        real_model.main(["shelf-sparse", "--term-gradients", "0:1"])
+
+    assert real_model.main(["shelf-sparse", "--runs", str(runs), "--term-gradients", "0:2"]) == 0
+    measured = json.loads((result.parent / "term-gradients-s0-u2.json").read_text())
+    [record] = [m for m in logged if m.get("step") == 2 and "grad_norm" in m]
+    assert measured["run_record"]["grad_norm"] == record["grad_norm"]
+    m = measured["measured"]
+    assert m["grad_norm"] == pytest.approx(record["grad_norm"], rel=1e-6)
+    assert m["wm_loss"] == record["wm_loss"] and m["grad_norm_wm"] > 0
+    rl, wm, cos = m["grad_norm_rl"], m["grad_norm_wm"], m["grad_cos_rl_wm"]
+    assert (rl ** 2 + wm ** 2 + 2 * cos * rl * wm) ** 0.5 == pytest.approx(m["grad_norm"],
+                                                                          rel=1e-4)
+    table = "\n".join(real_model.report_term_gradients("shelf-sparse"))
+    assert f"| 0 | 2 | {100 * m['success']:.1f} |" in table
+    assert f"{record['grad_norm']:.4f} → {m['grad_norm']:.4f}" in table

@@ -46,8 +46,10 @@ from training.rl.objective import (ObjectiveSettings, PolicyScorer, gather_logpr
 from training.rl.rollout_batch import RolloutBatch, build_batch
 from training.rl.value import critic_loss, critic_values
 
-#: Update counters that every rank keeps identically (not summed over ranks).
-RANK_INDEPENDENT_TOTALS = ("optimizer_steps", "skipped", "critic_steps")
+#: Update totals that every rank keeps identically (not summed over ranks): counters, and the
+#: term gradients' figures (read from the all-reduced gradient).
+RANK_INDEPENDENT_TOTALS = ("optimizer_steps", "skipped", "critic_steps", "term_grad_steps",
+                           "grad_norm_rl_sum", "grad_norm_wm_sum", "grad_cos_rl_wm_sum")
 
 
 def objective_settings(config: TrainConfig) -> ObjectiveSettings:
@@ -355,6 +357,35 @@ class PolicyUpdate:
         samples = [batch.samples[i] for i in rows]
         w_rl, w_wm = objective_weights(samples, batch.selected[rows], batch.group_lambda,
                                        self.settings)
+        finite = self.world.all_true(
+            self._backward(batch, rows, w_rl, w_wm, totals, correct_in_pass))
+        params = trainable_parameters(self.model)
+        if finite and self.config.term_gradient_metric:
+            for key, value in self.term_gradients(batch, rows, w_wm, params,
+                                                  correct_in_pass).items():
+                totals[key] = totals.get(key, 0.0) + value
+        # FSDP's norm is a DTensor of the global norm.
+        norm = distributed.whole(torch.nn.utils.clip_grad_norm_(
+            params, self.config.max_grad_norm)) if finite else None
+        if not finite or not torch.isfinite(norm):
+            # Skip the step: the weights and the optimizer state stay exactly as they were.
+            self.optimizer.zero_grad(set_to_none=True)
+            self.skipped_updates += 1
+            totals["skipped"] = totals.get("skipped", 0.0) + 1
+            return None
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        totals["optimizer_steps"] = totals.get("optimizer_steps", 0.0) + 1
+        return float(norm)
+
+    def _backward(self, batch: RolloutBatch, rows: list[int], w_rl: torch.Tensor,
+                  w_wm: torch.Tensor, totals: dict[str, float] | None,
+                  correct_in_pass: bool) -> bool:
+        """Backward passes of the objective over this rank's micro-batches of ``rows``
+        (``w_rl``/``w_wm``: the rows' weights, in ``rows``' order), gradients accumulating
+        in the parameters; the pass statistics are added to ``totals`` (None: not kept).
+        Returns whether every loss of this rank was finite."""
         position = {row: k for k, row in enumerate(rows)}
         mine, idle = self._share(batch, rows)
         scale = 0.0 if idle else float(self.world.world_size)
@@ -372,29 +403,41 @@ class PolicyUpdate:
             if extra:
                 continue
             finite = finite and bool(torch.isfinite(loss))
-            if idle or not finite:
+            if idle or not finite or totals is None:
                 continue
             stats["train_tokens"] = float(mb.attention_mask.sum())
             stats["train_positions"] = float(mb.attention_mask.numel())  # padding included
             for key, value in stats.items():
                 totals[key] = (max(totals.get(key, value), value) if key.endswith("_max")
                                else totals.get(key, 0.0) + value)
-        finite = self.world.all_true(finite)
-        params = trainable_parameters(self.model)
-        # FSDP's norm is a DTensor of the global norm.
-        norm = distributed.whole(torch.nn.utils.clip_grad_norm_(
-            params, self.config.max_grad_norm)) if finite else None
-        if not finite or not torch.isfinite(norm):
-            # Skip the step: the weights and the optimizer state stay exactly as they were.
-            self.optimizer.zero_grad(set_to_none=True)
-            self.skipped_updates += 1
-            totals["skipped"] = totals.get("skipped", 0.0) + 1
-            return None
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        totals["optimizer_steps"] = totals.get("optimizer_steps", 0.0) + 1
-        return float(norm)
+        return finite
+
+    def term_gradients(self, batch: RolloutBatch, rows: list[int], w_wm: torch.Tensor,
+                       params: list[torch.nn.Parameter], correct_in_pass: bool
+                       ) -> dict[str, float]:
+        """``term_gradient_metric``: how the accumulated gradient g of ``rows`` (in the
+        parameters' ``.grad``, before clipping) splits into the world-model term's g_wm (a
+        second backward pass with w_rl = 0: the next-observation loss alone) and the rest,
+        g_rl = g − g_wm (the clipped policy-gradient loss with its KL and entropy terms).
+        Returns sums over this optimizer step for ``totals``: ‖g_rl‖, ‖g_wm‖ and cos(g_rl,
+        g_wm). ``.grad`` is g again afterwards, so the optimizer step is the one it would have
+        been without the measurement."""
+        whole = [p.grad for p in params]  # a parameter without a gradient keeps None
+        for p in params:
+            p.grad = None
+        self._backward(batch, rows, torch.zeros_like(w_wm), w_wm, None, correct_in_pass)
+        zero = lambda p: torch.zeros_like(p, dtype=torch.float64)  # noqa: E731
+        wm = [zero(p) if p.grad is None else p.grad.double() for p in params]
+        for p, g in zip(params, whole):
+            p.grad = g
+        rl = [(zero(p) if g is None else g.double()) - g_wm
+              for p, g, g_wm in zip(params, whole, wm)]
+        norm_rl = math.sqrt(sum(float(g.square().sum()) for g in rl))
+        norm_wm = math.sqrt(sum(float(g.square().sum()) for g in wm))
+        dot = sum(float((a * b).sum()) for a, b in zip(rl, wm))
+        return {"term_grad_steps": 1.0, "grad_norm_rl_sum": norm_rl, "grad_norm_wm_sum": norm_wm,
+                "grad_cos_rl_wm_sum": dot / (norm_rl * norm_wm) if norm_rl and norm_wm
+                else 0.0}
 
     def _optimize_critic(self, batch: RolloutBatch, rows: list[int], totals: dict[str, float]):
         """One critic step on the mean value loss of ``rows``, shared over ranks like
@@ -463,6 +506,9 @@ class PolicyUpdate:
             "transitions": len(batch.samples),
             "cut_prompts": batch.cut_prompts,
             "grad_norm": float(np.mean(norms)) if norms else float("nan"),
+            **({name: per(f"{name}_sum", totals["term_grad_steps"])
+                for name in ("grad_norm_rl", "grad_norm_wm", "grad_cos_rl_wm")}
+               if totals.get("term_grad_steps") else {}),
             "lr": self.scheduler.get_last_lr()[0],
             "optimizer_steps": int(totals.get("optimizer_steps", 0)),
             "skipped_updates": int(totals.get("skipped", 0)),
