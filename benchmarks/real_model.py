@@ -11,6 +11,7 @@ again, so the study resumes where it stopped and runs in pieces.
     python -m benchmarks.real_model shelf --report                     # the tables
     python -m benchmarks.real_model shelf --stop "session end"         # stop at a checkpoint
     python -m benchmarks.real_model shelf-sparse --term-gradients 6:3  # the gradient's split
+    python -m benchmarks.real_model shelf-sparse --term-gradients 6:3 --wm-loss ce
 
 Stages per recipe (:data:`RECIPES`): ``zero-shot`` (``eval`` of the model as it comes),
 ``sft`` (record expert episodes, ``sft`` with the recipe's config, ``eval`` of the adapter),
@@ -307,13 +308,10 @@ TERM_KEYS = ("success", "invalid_frac", "zero_advantage_groups", "lambda_mean", 
              "wm_loss", "grad_norm", "grad_norm_rl", "grad_norm_wm", "grad_cos_rl_wm")
 
 
-def term_gradients(name: str, seed: int, update: int) -> dict[str, Any]:
-    """Where the gradient of the recipe's GRPO + PaW run of ``seed`` comes from at ``update``:
-    that update made again from the run's checkpoint before it (``--resume``: the same rollout
-    and gradient, which the result shows beside the run's own record of the update) with
-    ``term_gradient_metric``, the norms of the policy term's and the world-model term's parts
-    of the gradient and their cosine (``PolicyUpdate.term_gradients``). Nothing is saved but
-    the metrics: no checkpoint, no validation."""
+def term_gradient_inputs(name: str, seed: int, update: int) -> tuple[Path, Path, Path]:
+    """What :func:`term_gradients` reads: the run's folder, its checkpoint before ``update``
+    and its result file; a clear exit naming what is missing (checked for every requested
+    measurement before any runs)."""
     run = RUNS / name / "rl" / f"grpo_paw-s{seed}"
     checkpoint = run / "checkpoints" / f"step-{update - 1:06d}"
     result = result_path(name, f"rl-grpo_paw-s{seed}")
@@ -323,17 +321,33 @@ def term_gradients(name: str, seed: int, update: int) -> dict[str, Any]:
         raise SystemExit(f"--term-gradients {seed}:{update} needs the finished run {run.name} "
                          f"and its checkpoint {checkpoint.name}; the updates its checkpoints "
                          f"allow: {saved or 'none (no checkpoint under ' + str(run) + ')'}")
-    out = RUNS / name / "term-gradients" / f"grpo_paw-s{seed}-u{update}"
+    return run, checkpoint, result
+
+
+def term_gradients(name: str, seed: int, update: int, wm_loss: str | None = None
+                   ) -> dict[str, Any]:
+    """Where the gradient of the recipe's GRPO + PaW run of ``seed`` comes from at ``update``:
+    that update made again from the run's checkpoint before it (``--resume``: the same rollout
+    and gradient, which the result shows beside the run's own record of the update) with
+    ``term_gradient_metric``, the norms of the policy term's and the world-model term's parts
+    of the gradient and their cosine (``PolicyUpdate.term_gradients``). ``wm_loss``: the same
+    update with another world-model loss (None: the run's own), whose gradient then differs
+    from the run's. Nothing is saved but the metrics: no checkpoint, no validation."""
+    run, checkpoint, result = term_gradient_inputs(name, seed, update)
+    out = RUNS / name / "term-gradients" / (f"grpo_paw-s{seed}-u{update}"
+                                            + (f"-{wm_loss}" if wm_loss else ""))
     cost = run_command(["train", "--config", str(run / "config.yaml"), "--resume",
                         str(checkpoint), "--output_dir", str(out), "--total_steps", str(update),
                         "--val_every", "0", "--val_before_train", "false", "--save_every", "0",
-                        "--term_gradient_metric", "true", "--progress", "false"],
+                        "--term_gradient_metric", "true", "--progress", "false",
+                        *(["--wm_loss", wm_loss] if wm_loss else [])],
                        out.with_suffix(".log"))
     [measured] = [m for m in (json.loads(line) for line in (out / "metrics.jsonl").read_text(
         encoding="utf-8").splitlines() if line) if m.get("step") == update]
     [recorded] = [c for c in json.loads(result.read_text(encoding="utf-8"))["curves"]
                   if c["step"] == update]
-    return {"seed": seed, "update": update, **cost,
+    return {"seed": seed, "update": update, "wm_loss": wm_loss or _config_value(
+                str(run / "config.yaml"), "wm_loss"), **cost,
             "measured": {k: measured.get(k) for k in TERM_KEYS},
             "run_record": {k: recorded.get(k) for k in TERM_KEYS if k in recorded}}
 
@@ -690,13 +704,15 @@ def report_term_gradients(name: str) -> list[str]:
     lines: list[str] = []
     lines += ["", "Term gradients of GRPO + PaW updates (`--term-gradients`; the update made "
               "again from the run's checkpoint; ‖g‖ as the run logged it, then as remade):",
-              "", "| seed | update | training success (%) | invalid (%) | mean λ_g | ‖g‖ run "
-              "→ remade | ‖g_rl‖ | ‖g_wm‖ | ‖g_wm‖ / ‖g_rl‖ | cos(g_rl, g_wm) | CPU min |",
-              "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
-    for key in sorted(measured, key=lambda k: (measured[k]["seed"], measured[k]["update"])):
+              "", "| seed | update | WM loss | training success (%) | invalid (%) | mean λ_g | "
+              "‖g‖ run → remade | ‖g_rl‖ | ‖g_wm‖ | ‖g_wm‖ / ‖g_rl‖ | cos(g_rl, g_wm) | "
+              "CPU min |",
+              "|---:|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
+    for key in sorted(measured, key=lambda k: (measured[k]["seed"], measured[k]["update"],
+                                               k)):
         r, m = measured[key], measured[key]["measured"]
         lines.append(
-            f"| {r['seed']} | {r['update']} | {100 * m['success']:.1f} | "
+            f"| {r['seed']} | {r['update']} | {r['wm_loss']} | {100 * m['success']:.1f} | "
             f"{100 * m['invalid_frac']:.0f} | {m['lambda_mean']:.2f} | "
             f"{r['run_record'].get('grad_norm', float('nan')):.4f} → {m['grad_norm']:.4f} | "
             f"{m['grad_norm_rl']:.4f} | {m['grad_norm_wm']:.4f} | "
@@ -814,6 +830,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="remake these updates of finished GRPO + PaW runs from their "
                              "checkpoints, measuring how the gradient splits between the policy "
                              "and world-model terms, and exit after the report")
+    parser.add_argument("--wm-loss", choices=["cmae", "mae", "ce"],
+                        help="--term-gradients with this world-model loss instead of the run's "
+                             "own (the same rollout; the paper's ablation compares CE)")
     parser.add_argument("--runs", type=Path, default=RUNS,
                         help="where the recipe's runs are (default: runs/real-model of this "
                              "clone; another clone's for a study run from a worktree)")
@@ -823,9 +842,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.stop is not None:
         stop_runs(args.recipe, args.stop)
         return 0
-    for seed, update in measurements:
-        run_stage(args.recipe, f"term-gradients-s{seed}-u{update}",
-                  lambda: term_gradients(args.recipe, seed, update))
+    if args.wm_loss and not measurements:
+        parser.error("--wm-loss goes with --term-gradients")
+    stages = {(seed, update): f"term-gradients-s{seed}-u{update}"
+              + (f"-{args.wm_loss}" if args.wm_loss else "") for seed, update in measurements}
+    for (seed, update), stage in stages.items():
+        if not result_path(args.recipe, stage).is_file():
+            term_gradient_inputs(args.recipe, seed, update)
+    for (seed, update), stage in stages.items():
+        run_stage(args.recipe, stage,
+                  lambda: term_gradients(args.recipe, seed, update, args.wm_loss))
     if not args.report and not measurements:
         run_study(args.recipe, args.stages, args.seeds,
                   [variant == "grpo_paw" for variant in args.variants])

@@ -265,7 +265,8 @@ def test_term_gradients_remake_a_finished_runs_update_from_its_checkpoint(
                                              for m in logged if "grad_norm" in m]}))
     with pytest.raises(SystemExit, match=r"checkpoint step-000005; the updates its checkpoints "
                                          r"allow: \[2, 3\]"):
-        real_model.main(["shelf-sparse", "--runs", str(runs), "--term-gradients", "0:6"])
+        real_model.main(["shelf-sparse", "--runs", str(runs), "--term-gradients", "0:2", "0:6"])
+    assert not (runs / "shelf-sparse" / "term-gradients").exists()  # refused before any run
     with pytest.raises(SystemExit, match="expected SEED:UPDATE"):
         real_model.main(["shelf-sparse", "--term-gradients", "0:1"])
 
@@ -279,6 +280,18 @@ def test_term_gradients_remake_a_finished_runs_update_from_its_checkpoint(
     rl, wm, cos = m["grad_norm_rl"], m["grad_norm_wm"], m["grad_cos_rl_wm"]
     assert (rl ** 2 + wm ** 2 + 2 * cos * rl * wm) ** 0.5 == pytest.approx(m["grad_norm"],
                                                                           rel=1e-4)
+    assert measured["wm_loss"] == "cmae"  # the run's own
+
+    # The same update with the paper's ablation loss: the policy term's part is the same.
+    assert real_model.main(["shelf-sparse", "--runs", str(runs), "--term-gradients", "0:2",
+                            "--wm-loss", "ce"]) == 0
+    ce = json.loads((result.parent / "term-gradients-s0-u2-ce.json").read_text())
+    assert ce["wm_loss"] == "ce"
+    assert ce["measured"]["grad_norm_rl"] == pytest.approx(rl, rel=1e-6)
+    assert ce["measured"]["grad_norm_wm"] != pytest.approx(wm, rel=1e-3)
     table = "\n".join(real_model.report_term_gradients("shelf-sparse"))
-    assert f"| 0 | 2 | {100 * m['success']:.1f} |" in table
+    assert f"| 0 | 2 | cmae | {100 * m['success']:.1f} |" in table
+    assert f"| 0 | 2 | ce | {100 * m['success']:.1f} |" in table
     assert f"{record['grad_norm']:.4f} → {m['grad_norm']:.4f}" in table
+    with pytest.raises(SystemExit):
+        real_model.main(["shelf-sparse", "--wm-loss", "ce"])  # without --term-gradients
