@@ -33,11 +33,13 @@ import resource
 import subprocess
 import sys
 import time
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import REPO, RESULTS, machine
+from training.infra.paw_settings import WMLoss
 
 RUNS = REPO / "runs" / "real-model"
 MODEL = "smollm2-135m-instruct"
@@ -701,13 +703,12 @@ def report_term_gradients(name: str) -> list[str]:
     measured = load_results(name).get("term_gradients", {})
     if not measured:
         return []
-    lines: list[str] = []
-    lines += ["", "Term gradients of GRPO + PaW updates (`--term-gradients`; the update made "
-              "again from the run's checkpoint; ‖g‖ as the run logged it, then as remade):",
-              "", "| seed | update | WM loss | training success (%) | invalid (%) | mean λ_g | "
-              "‖g‖ run → remade | ‖g_rl‖ | ‖g_wm‖ | ‖g_wm‖ / ‖g_rl‖ | cos(g_rl, g_wm) | "
-              "CPU min |",
-              "|---:|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
+    lines = ["", "Term gradients of GRPO + PaW updates (`--term-gradients`; the update made "
+             "again from the run's checkpoint; ‖g‖ as the run logged it, then as remade):",
+             "", "| seed | update | WM loss | training success (%) | invalid (%) | mean λ_g | "
+             "‖g‖ run → remade | ‖g_rl‖ | ‖g_wm‖ | ‖g_wm‖ / ‖g_rl‖ | cos(g_rl, g_wm) | "
+             "CPU min |",
+             "|---:|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
     for key in sorted(measured, key=lambda k: (measured[k]["seed"], measured[k]["update"],
                                                k)):
         r, m = measured[key], measured[key]["measured"]
@@ -830,7 +831,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="remake these updates of finished GRPO + PaW runs from their "
                              "checkpoints, measuring how the gradient splits between the policy "
                              "and world-model terms, and exit after the report")
-    parser.add_argument("--wm-loss", choices=["cmae", "mae", "ce"],
+    parser.add_argument("--wm-loss", choices=typing.get_args(WMLoss),
                         help="--term-gradients with this world-model loss instead of the run's "
                              "own (the same rollout; the paper's ablation compares CE)")
     parser.add_argument("--runs", type=Path, default=RUNS,
