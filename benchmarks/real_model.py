@@ -717,7 +717,7 @@ def report_term_gradients(name: str) -> list[str]:
             f"{100 * m['invalid_frac']:.0f} | {m['lambda_mean']:.2f} | "
             f"{r['run_record'].get('grad_norm', float('nan')):.4f} → {m['grad_norm']:.4f} | "
             f"{m['grad_norm_rl']:.4f} | {m['grad_norm_wm']:.4f} | "
-            + (f"{m['grad_norm_wm'] / m['grad_norm_rl']:.2f}" if m["grad_norm_rl"] else "–")
+            + (f"{m['grad_norm_wm'] / m['grad_norm_rl']:.3f}" if m["grad_norm_rl"] else "–")
             + f" | {m['grad_cos_rl_wm']:+.2f} | "
             f"{r['cpu_s'] / 60:.0f} |")
     return lines
