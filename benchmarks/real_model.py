@@ -307,7 +307,8 @@ def win_groups(replay: Path) -> dict[int, float]:
 #: The per-update metrics a term-gradient measurement keeps: what identifies the update
 #: (compared with the run's own record of it) and the split itself.
 TERM_KEYS = ("success", "invalid_frac", "zero_advantage_groups", "lambda_mean", "wm_selected",
-             "wm_loss", "grad_norm", "grad_norm_rl", "grad_norm_wm", "grad_cos_rl_wm")
+             "wm_loss", "wm_clipped_frac", "wm_active_tokens", "grad_norm", "grad_norm_rl",
+             "grad_norm_wm", "grad_cos_rl_wm")
 
 
 def term_gradient_inputs(name: str, seed: int, update: int) -> tuple[Path, Path, Path]:
