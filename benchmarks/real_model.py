@@ -235,9 +235,10 @@ def rl(name: str, recipe: Recipe, seed: int, paw: bool) -> dict[str, Any]:
             "--overwrite", "true", "--progress", "false"]
     if recipe.wm_held_out:
         args += ["--val_wm_replay", str(held_out_replay(name))]
+    from training.infra.metrics_log import read_metrics
+
     cost = trained(args, folder)
-    metrics = [json.loads(line) for line in
-               (folder / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line]
+    metrics = read_metrics(folder / "metrics.jsonl")
     validations = [m for m in metrics if "val_success" in m]
     updates = [m for m in metrics if "success" in m and "step_time" in m]
     extra: dict[str, Any] = {}
@@ -336,6 +337,8 @@ def term_gradients(name: str, seed: int, update: int, wm_loss: str | None = None
     of the gradient and their cosine (``PolicyUpdate.term_gradients``). ``wm_loss``: the same
     update with another world-model loss (None: the run's own), whose gradient then differs
     from the run's. Nothing is saved but the metrics: no checkpoint, no validation."""
+    from training.infra.metrics_log import read_metrics
+
     run, checkpoint, result = term_gradient_inputs(name, seed, update)
     out = RUNS / name / "term-gradients" / (f"grpo_paw-s{seed}-u{update}"
                                             + (f"-{wm_loss}" if wm_loss else ""))
@@ -345,8 +348,7 @@ def term_gradients(name: str, seed: int, update: int, wm_loss: str | None = None
                         "--term_gradient_metric", "true", "--progress", "false",
                         *(["--wm_loss", wm_loss] if wm_loss else [])],
                        out.with_suffix(".log"))
-    [measured] = [m for m in (json.loads(line) for line in (out / "metrics.jsonl").read_text(
-        encoding="utf-8").splitlines() if line) if m.get("step") == update]
+    [measured] = [m for m in read_metrics(out / "metrics.jsonl") if m["step"] == update]
     [recorded] = [c for c in json.loads(result.read_text(encoding="utf-8"))["curves"]
                   if c["step"] == update]
     return {"seed": seed, "update": update, "wm_loss": wm_loss or _config_value(
@@ -695,13 +697,14 @@ def report_cell(name: str) -> str:
                     "pieces that `--stop` ended" if stopped else "")
                  + (f"; {len(unlogged)} of them resumed, counted from their last piece only"
                     if unlogged else ""))
-    lines += report_term_gradients(name)
+    lines += report_term_gradients(results)
     return "\n".join(lines)
 
 
-def report_term_gradients(name: str) -> list[str]:
-    """The table of ``--term-gradients`` measurements (none: no lines)."""
-    measured = load_results(name).get("term_gradients", {})
+def report_term_gradients(results: dict[str, Any]) -> list[str]:
+    """The table of a recipe's ``--term-gradients`` measurements (``results``: its
+    :func:`load_results`; none measured: no lines)."""
+    measured = results.get("term_gradients", {})
     if not measured:
         return []
     lines = ["", "Term gradients of GRPO + PaW updates (`--term-gradients`; the update made "
@@ -808,11 +811,11 @@ def set_runs(folder: Path) -> None:
 
 def _seed_update(value: str) -> tuple[int, int]:
     """``--term-gradients``' ``SEED:UPDATE`` (an update from 2: the first has no checkpoint
-    before it)."""
+    before it), as an argparse type."""
     seed, _, update = value.partition(":")
     if not (seed.isdigit() and update.isdigit() and int(update) >= 2):
-        raise SystemExit(f"--term-gradients {value!r}: expected SEED:UPDATE, two integers, "
-                         "the update from 2 (e.g. 6:3)")
+        raise argparse.ArgumentTypeError(f"{value!r}: expected SEED:UPDATE, two integers, the "
+                                         "update from 2 (e.g. 6:3)")
     return int(seed), int(update)
 
 
@@ -829,6 +832,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="stop the recipe's running RL runs at their next checkpoint, "
                              "logging each piece's CPU time, and exit")
     parser.add_argument("--term-gradients", nargs="+", metavar="SEED:UPDATE", default=[],
+                        type=_seed_update, dest="measurements",
                         help="remake these updates of finished GRPO + PaW runs from their "
                              "checkpoints, measuring how the gradient splits between the policy "
                              "and world-model terms, and exit after the report")
@@ -840,7 +844,7 @@ def main(argv: list[str] | None = None) -> int:
                              "clone; another clone's for a study run from a worktree)")
     args = parser.parse_args(argv)
     set_runs(args.runs)
-    measurements = [_seed_update(value) for value in args.term_gradients]
+    measurements = args.measurements
     if args.stop is not None:
         stop_runs(args.recipe, args.stop)
         return 0

@@ -212,9 +212,9 @@ class TrainConfig(PaWSettings, ModelConfig):
     term_gradient_metric: bool = field(default=False, metadata=_WITH_PAW)
     """Log how each optimizer step's gradient (before clipping) splits between the policy
     term and the world-model term: ``grad_norm_rl``, ``grad_norm_wm`` and ``grad_cos_rl_wm``
-    (``PolicyUpdate.term_gradients``: the WM term's gradient from a second backward pass, the
-    policy term's the rest). Costs one more forward and backward pass per step; the step
-    itself is unchanged."""
+    (0 where either part is 0; ``PolicyUpdate.term_gradients``: the WM term's gradient from a
+    second backward pass, the policy term's the rest). Costs one more forward and backward
+    pass per step; the step itself is unchanged."""
     lr: float = bounded(1e-6, 0, 1, what="a learning rate")
     """Actor learning rate."""
     critic_lr: float = bounded(1e-5, 0, 1, what="a learning rate", **_WITH_PPO)

@@ -240,7 +240,7 @@ def test_stop_ends_a_running_trainer_at_its_next_checkpoint_and_logs_its_cpu(
 
 
 def test_term_gradients_remake_a_finished_runs_update_from_its_checkpoint(
-        tiny_model_dir, tmp_path, monkeypatch):
+        tiny_model_dir, tmp_path, monkeypatch, capsys):
     """``--term-gradients SEED:UPDATE`` on a real tiny-model GRPO + PaW run of the recipe's
     layout: the update is made again from the checkpoint before it (the same gradient norm as
     the run logged), its gradient split into the two terms, and the report's table shows it."""
@@ -267,8 +267,9 @@ def test_term_gradients_remake_a_finished_runs_update_from_its_checkpoint(
                                          r"allow: \[2, 3\]"):
         real_model.main(["shelf-sparse", "--runs", str(runs), "--term-gradients", "0:2", "0:6"])
     assert not (runs / "shelf-sparse" / "term-gradients").exists()  # refused before any run
-    with pytest.raises(SystemExit, match="expected SEED:UPDATE"):
+    with pytest.raises(SystemExit):
         real_model.main(["shelf-sparse", "--term-gradients", "0:1"])
+    assert "expected SEED:UPDATE" in capsys.readouterr().err
 
     assert real_model.main(["shelf-sparse", "--runs", str(runs), "--term-gradients", "0:2"]) == 0
     measured = json.loads((result.parent / "term-gradients-s0-u2.json").read_text())
@@ -289,7 +290,7 @@ def test_term_gradients_remake_a_finished_runs_update_from_its_checkpoint(
     assert ce["wm_loss"] == "ce"
     assert ce["measured"]["grad_norm_rl"] == pytest.approx(rl, rel=1e-6)
     assert ce["measured"]["grad_norm_wm"] != pytest.approx(wm, rel=1e-3)
-    table = "\n".join(real_model.report_term_gradients("shelf-sparse"))
+    table = "\n".join(real_model.report_term_gradients(real_model.load_results("shelf-sparse")))
     assert f"| 0 | 2 | cmae | {100 * m['success']:.1f} |" in table
     assert f"| 0 | 2 | ce | {100 * m['success']:.1f} |" in table
     assert f"{record['grad_norm']:.4f} → {m['grad_norm']:.4f}" in table
