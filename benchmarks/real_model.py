@@ -386,9 +386,10 @@ def _cpu_seconds(process) -> float:
     return times.user + times.system + times.children_user + times.children_system
 
 
-def recipe_trainers(name: str) -> dict[int, Path]:
-    """The running ``paw-gym train`` processes of ``name``'s RL stage in this clone: their
-    ``--output_dir`` (read against the process's working folder) is a run folder under
+def recipe_trainers(name: str) -> dict[Any, Path]:
+    """The running ``paw-gym train`` processes of ``name``'s RL stage in this clone, as
+    ``psutil.Process`` (which refuses to signal a process whose pid was reused) → run folder:
+    their ``--output_dir`` (read against the process's working folder) is a run folder under
     ``RUNS/<name>/rl/`` (another clone's runs, e.g. a study's worktree, are not touched)."""
     import psutil
 
@@ -400,7 +401,7 @@ def recipe_trainers(name: str) -> dict[int, Path]:
             continue
         folder = _argument(command, "--output_dir")
         if folder is not None and (Path(cwd) / folder).resolve().parent == runs:
-            trainers[process.pid] = Path(cwd) / folder
+            trainers[process] = Path(cwd) / folder
     return trainers
 
 
@@ -420,38 +421,38 @@ def stop_runs(name: str, reason: str, poll_s: float = 5.0) -> list[dict[str, Any
     if not trainers:
         raise SystemExit(f"no RL run of {name} is running (no `paw-gym train` process whose "
                          f"--output_dir is in {RUNS / name / 'rl'})")
-    processes = {pid: psutil.Process(pid) for pid in trainers}
-    had = {pid: latest_checkpoint(folder) for pid, folder in trainers.items()}
+    had = {process: latest_checkpoint(folder) for process, folder in trainers.items()}
     print(f"waiting for the next checkpoint of {', '.join(f.name for f in trainers.values())}",
           flush=True)
-    stopped: dict[int, tuple[Path | None, float | None]] = {}
+    stopped: dict[Any, tuple[Path | None, float | None]] = {}
     while len(stopped) < len(trainers):
-        for pid, folder in trainers.items():
-            if pid in stopped:
+        for process, folder in trainers.items():
+            if process in stopped:
                 continue
-            if not processes[pid].is_running():  # it finished (or failed) meanwhile
-                stopped[pid] = (latest_intact_checkpoint(folder), None)
+            if not process.is_running():  # it finished (or failed) meanwhile
+                stopped[process] = (latest_intact_checkpoint(folder), None)
                 continue
             newest = latest_checkpoint(folder)
-            if newest is not None and newest != had[pid]:
+            if newest is not None and newest != had[process]:
                 intact = latest_intact_checkpoint(folder)
                 if intact == newest:
-                    processes[pid].suspend()
-                    stopped[pid] = (intact, _cpu_seconds(processes[pid]))
+                    process.suspend()
+                    stopped[process] = (intact, _cpu_seconds(process))
         time.sleep(poll_s)
-    for pid in stopped:
+    for process in stopped:
         try:
-            driver = processes[pid].parent()
+            driver = process.parent()
             if driver is not None and "benchmarks.real_model" in driver.cmdline():
                 driver.kill()
-            processes[pid].kill()
+            process.kill()
         except psutil.NoSuchProcess:
             pass
-    records = [{"run": trainers[pid].name, "after_update": int(checkpoint.name.split("-")[1])
-                if checkpoint else None, "cpu_s": cpu,
+    records = [{"run": trainers[process].name,
+                "after_update": int(checkpoint.name.split("-")[1]) if checkpoint else None,
+                "cpu_s": cpu,
                 "stopped_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "reason": reason}
-               for pid, (checkpoint, cpu) in stopped.items() if cpu is not None]
+               for process, (checkpoint, cpu) in stopped.items() if cpu is not None]
     path = RESULTS / "real_model" / name / STOPPED_PIECES
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as log:
