@@ -235,6 +235,7 @@ def rl(name: str, recipe: Recipe, seed: int, paw: bool) -> dict[str, Any]:
             "--overwrite", "true", "--progress", "false"]
     if recipe.wm_held_out:
         args += ["--val_wm_replay", str(held_out_replay(name))]
+    from training.infra.checkpoint import checkpoint_step, checkpoints_newest_first
     from training.infra.metrics_log import read_metrics
 
     cost = trained(args, folder)
@@ -245,13 +246,14 @@ def rl(name: str, recipe: Recipe, seed: int, paw: bool) -> dict[str, Any]:
     if recipe.checkpoint_evals:
         extra["checkpoint_evals"] = {}
         every = _config_value(recipe.rl_config, "val_every")
-        for checkpoint in sorted((folder / "checkpoints").glob("step-*")):
-            if int(checkpoint.name.split("-")[1]) % every:
+        for checkpoint in reversed(checkpoints_newest_first(folder)):
+            step = checkpoint_step(checkpoint)
+            if step % every:
                 continue  # evaluated where the run validates; other checkpoints are for resume
             out = folder.with_name(folder.name + "-eval") / checkpoint.name
             evaluated = run_command(eval_args(recipe, out, checkpoint=checkpoint),
                                     out.with_suffix(".log"))
-            extra["checkpoint_evals"][int(checkpoint.name.split("-")[1])] = {
+            extra["checkpoint_evals"][step] = {
                 **evaluation(out), "temperature": recipe.eval_temperature, **evaluated}
         extra["curves"] = [{k: m.get(k) for k in CURVE_KEYS} for m in updates]
         extra["validations"] = [{"step": m["step"], **{k: m.get(k) for k in VAL_KEYS}}
@@ -316,11 +318,13 @@ def term_gradient_inputs(name: str, seed: int, update: int) -> tuple[Path, Path,
     """What :func:`term_gradients` reads: the run's folder, its checkpoint before ``update``
     and its result file; a clear exit naming what is missing (checked for every requested
     measurement before any runs)."""
+    from training.infra.checkpoint import checkpoint_dir, checkpoint_step, checkpoints_newest_first
+
     run = RUNS / name / "rl" / f"grpo_paw-s{seed}"
-    checkpoint = run / "checkpoints" / f"step-{update - 1:06d}"
+    checkpoint = checkpoint_dir(run, update - 1)
     result = result_path(name, f"rl-grpo_paw-s{seed}")
     if not checkpoint.is_dir() or not result.is_file():
-        saved = sorted(int(c.name.split("-")[1]) + 1 for c in run.glob("checkpoints/step-*"))
+        saved = sorted(checkpoint_step(c) + 1 for c in checkpoints_newest_first(run))
         saved = saved[:-1]  # the last checkpoint is the run's end
         raise SystemExit(f"--term-gradients {seed}:{update} needs the finished run {run.name} "
                          f"and its checkpoint {checkpoint.name}; the updates its checkpoints "
@@ -415,7 +419,8 @@ def stop_runs(name: str, reason: str, poll_s: float = 5.0) -> list[dict[str, Any
     updates a trainer makes after the checkpoint it stops at are made again on resume."""
     import psutil
 
-    from training.infra.checkpoint import latest_checkpoint, latest_intact_checkpoint
+    from training.infra.checkpoint import (checkpoint_step, latest_checkpoint,
+                                           latest_intact_checkpoint)
 
     trainers = recipe_trainers(name)
     if not trainers:
@@ -448,7 +453,7 @@ def stop_runs(name: str, reason: str, poll_s: float = 5.0) -> list[dict[str, Any
         except psutil.NoSuchProcess:
             pass
     records = [{"run": trainers[process].name,
-                "after_update": int(checkpoint.name.split("-")[1]) if checkpoint else None,
+                "after_update": checkpoint_step(checkpoint) if checkpoint else None,
                 "cpu_s": cpu,
                 "stopped_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "reason": reason}

@@ -21,7 +21,8 @@ pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 from training.config import TrainConfig  # noqa: E402
-from training.infra.checkpoint import (STEP_PATTERNS, checkpoints_newest_first,  # noqa: E402
+from training.infra.checkpoint import (STEP_PATTERNS, checkpoint_dir,  # noqa: E402
+                                       checkpoint_step, checkpoints_newest_first,
                                        latest_checkpoint, latest_intact_checkpoint,
                                        train_writes, verify_checkpoint)
 from training.trainer import PaWTrainer  # noqa: E402
@@ -165,6 +166,15 @@ def test_a_users_folder_named_like_a_checkpoint_is_not_in_the_way(tmp_path):
         (tmp_path / "run" / "checkpoints" / name).mkdir(parents=True)
         (tmp_path / "run" / "checkpoints" / name / "state.json").write_text("{}")
     assert [p.name for p in checkpoints_newest_first(tmp_path / "run")] == ["step-000001"]
+
+
+def test_a_checkpoints_step_is_read_from_the_name_a_run_gives_it(tmp_path):
+    assert checkpoint_step(checkpoint_dir(tmp_path, 2)) == 2
+    assert checkpoint_step(tmp_path / "checkpoints" / "step-1234567") == 1234567
+    for name in ("step-000002-backup", "step-000003.damaged-1", "step-2"):
+        with pytest.raises(ValueError, match=f"{name} is not a checkpoint folder: expected a "
+                                             f"name like step-000002"):
+            checkpoint_step(tmp_path / "checkpoints" / name)
 
 
 def test_a_users_backup_folder_does_not_block_resume(tmp_path):

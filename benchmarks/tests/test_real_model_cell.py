@@ -200,7 +200,7 @@ def test_stop_ends_a_running_trainer_at_its_next_checkpoint_and_logs_its_cpu(
     Shelf, a checkpoint every update, its run folder given relative to its working folder): it
     waits for a checkpoint newer than the one the run had, ends the trainer there, and appends
     the piece's CPU seconds, which the report's figures then include."""
-    from training.infra.checkpoint import latest_checkpoint
+    from training.infra.checkpoint import checkpoint_step, latest_checkpoint
 
     monkeypatch.setattr(real_model, "RESULTS", tmp_path / "results")
     monkeypatch.setattr(real_model, "RUNS", tmp_path / "runs" / "real-model")
@@ -222,7 +222,7 @@ def test_stop_ends_a_running_trainer_at_its_next_checkpoint_and_logs_its_cpu(
         assert trainer.poll() is None, trainer.stderr.read()[-3000:]
         [(process, found)] = real_model.recipe_trainers("shelf-sparse").items()
         assert (process.pid, found) == (trainer.pid, folder)
-        had = int(latest_checkpoint(folder).name.split("-")[1])
+        had = checkpoint_step(latest_checkpoint(folder))
 
         records = real_model.stop_runs("shelf-sparse", "a test", poll_s=0.05)
         assert trainer.wait(timeout=60) == -signal.SIGKILL

@@ -42,6 +42,16 @@ def checkpoint_dir(output_dir: str | Path, step: int) -> Path:
     return Path(output_dir) / "checkpoints" / f"{STEP_PREFIX}{step:06d}"
 
 
+def checkpoint_step(path: str | Path) -> int:
+    """The step of a checkpoint folder, read from its name (:data:`STEP_NAME`): the inverse of
+    :func:`checkpoint_dir`."""
+    match = STEP_NAME.fullmatch(Path(path).name)
+    if match is None:
+        raise ValueError(f"{path} is not a checkpoint folder: expected a name like "
+                         f"{STEP_PREFIX}000002")
+    return int(match[1])
+
+
 class CheckpointError(ValueError):
     """A checkpoint file is damaged (the message names it)."""
 
